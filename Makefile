@@ -1,0 +1,15 @@
+# `make demo` and `make test` are the two commands of the README; both run the
+# idempotent `make setup` first (CI calls the same two through .ci/run).
+.PHONY: setup test demo lint bench
+setup:
+	bash scripts/setup.sh
+
+test: setup
+	.venv/bin/ruff check .
+	.venv/bin/python -m pytest -q tests
+
+demo: setup
+	bash recipes/cpu_demo.sh
+
+bench: setup
+	.venv/bin/python benchmarks/advantage.py

@@ -1,0 +1,202 @@
+"""BoT-GRPO advantage: hand-computed values, identities from the paper, a slow loop reference, bad input."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+from verl_bot.advantage.bot import bot_advantage, compute_bot_advantage
+
+
+def reference_bot(rewards, mask, index, eps=1e-6, norm_by_std=True):
+    """Obviously-correct loop over groups and tokens, in float64 Python numbers (ALGORITHMS.md Eq. 2-3)."""
+    rewards = rewards.double().tolist()
+    mask = mask.tolist()
+    out = [[0.0] * len(row) for row in rewards]
+    for g in set(index):
+        rows = [b for b in range(len(rewards)) if index[b] == g and sum(mask[b]) > 0]
+        if not rows:
+            continue
+        bags = {b: [rewards[b][t] for t in range(len(mask[b])) if mask[b][t]] for b in rows}
+        k = len(rows)
+        mu = sum(sum(bags[b]) / len(bags[b]) for b in rows) / k
+        var = sum(sum((r - mu) ** 2 for r in bags[b]) / len(bags[b]) for b in rows) / k
+        for b in rows:
+            for t in range(len(mask[b])):
+                if mask[b][t] and var > 0:
+                    out[b][t] = (rewards[b][t] - mu) / (math.sqrt(var) + eps) if norm_by_std else rewards[b][t] - mu
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def test_hand_computed_example():
+    # group "a": rollout 1 has rewards [1, 1, 0] (L=3), rollout 2 has [0, 0] (L=2)
+    #   mu  = 1/2 * (2/3 + 0)                                   = 1/3
+    #   var = 1/2 * (1/3 * (2*(2/3)^2 + (1/3)^2) + 1/2 * 2*(1/3)^2) = 2/9
+    # group "b": one rollout whose tokens are all 3 -> 0
+    rewards = torch.tensor([[1.0, 1.0, 0.0, 9.0], [0.0, 0.0, 5.0, 5.0], [3.0, 3.0, 3.0, 3.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
+    adv = bot_advantage(rewards, mask, np.array(["a", "a", "b"]), epsilon=0.0)
+    std = math.sqrt(2 / 9)
+    expected = torch.tensor(
+        [
+            [(2 / 3) / std, (2 / 3) / std, (-1 / 3) / std, 0.0],
+            [(-1 / 3) / std, (-1 / 3) / std, 0.0, 0.0],
+            [0.0, 0.0, 0.0, 0.0],
+        ]
+    )
+    torch.testing.assert_close(adv, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_equals_grpo_population_std_when_rewards_are_constant_per_rollout():
+    torch.manual_seed(0)
+    batch, length, group = 12, 7, 4
+    mask = (torch.rand(batch, length) < 0.8).long()
+    mask[:, 0] = 1
+    per_rollout = torch.randn(batch)
+    rewards = per_rollout[:, None] * mask
+    index = np.repeat(np.arange(batch // group), group)
+    adv = bot_advantage(rewards, mask, index, epsilon=1e-6)
+    # GRPO with the population std, written out per group
+    scores = per_rollout.view(-1, group)
+    grpo = (scores - scores.mean(1, keepdim=True)) / (scores.std(1, unbiased=False, keepdim=True) + 1e-6)
+    torch.testing.assert_close(adv, grpo.reshape(-1)[:, None] * mask, rtol=1e-5, atol=1e-5)
+    # and verl's own GRPO (Bessel std) differs only by the sqrt(K/(K-1)) factor
+    verl_grpo, _ = compute_grpo_outcome_advantage(
+        token_level_rewards=per_rollout[:, None] * torch.nn.functional.one_hot(mask.sum(1) - 1, length),
+        response_mask=mask,
+        index=index,
+        epsilon=0.0,
+    )
+    torch.testing.assert_close(adv * math.sqrt((group - 1) / group), verl_grpo, rtol=1e-4, atol=1e-4)
+
+
+def test_length_invariance_when_every_token_is_repeated():
+    torch.manual_seed(1)
+    rewards = torch.randn(4, 5)
+    mask = torch.ones(4, 5, dtype=torch.long)
+    index = np.array([0, 0, 0, 0])
+    base = bot_advantage(rewards, mask, index)
+    doubled = bot_advantage(rewards.repeat_interleave(2, dim=1), mask.repeat_interleave(2, dim=1), index)
+    torch.testing.assert_close(doubled, base.repeat_interleave(2, dim=1), rtol=1e-5, atol=1e-6)
+    # repeating only one rollout's tokens (3x) changes nothing either
+    long_row = torch.cat([rewards[0].repeat_interleave(3), torch.zeros(0)])
+    padded = torch.zeros(4, 15)
+    padded[0] = long_row
+    padded[1:, :5] = rewards[1:]
+    padded_mask = torch.zeros(4, 15, dtype=torch.long)
+    padded_mask[0] = 1
+    padded_mask[1:, :5] = 1
+    mixed = bot_advantage(padded, padded_mask, index)
+    torch.testing.assert_close(mixed[0], base[0].repeat_interleave(3), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(mixed[1:, :5], base[1:], rtol=1e-5, atol=1e-6)
+
+
+@st.composite
+def batches(draw):
+    num_groups = draw(st.integers(1, 4))
+    sizes = [draw(st.integers(1, 5)) for _ in range(num_groups)]
+    length = draw(st.integers(1, 9))
+    rows = sum(sizes)
+    seed = draw(st.integers(0, 2**31 - 1))
+    gen = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(rows, length, generator=gen, dtype=torch.float64) * draw(st.sampled_from([0.01, 1.0, 50.0]))
+    if draw(st.booleans()):  # discrete rewards make ties and all-equal groups likely
+        rewards = rewards.round()
+    lengths = torch.randint(0, length + 1, (rows,), generator=gen)
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
+    labels = [f"uid-{g}" for g, size in enumerate(sizes) for _ in range(size)]
+    perm = torch.randperm(rows, generator=gen).tolist()
+    return rewards[perm], mask[perm], np.array([labels[p] for p in perm], dtype=object)
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches(), st.booleans())
+def test_matches_loop_reference(batch, norm_by_std):
+    rewards, mask, index = batch
+    adv = bot_advantage(rewards, mask, index, norm_by_std=norm_by_std)
+    ref = reference_bot(rewards, mask, list(index), norm_by_std=norm_by_std)
+    assert adv.dtype == torch.float64
+    torch.testing.assert_close(adv, ref, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(
+        bot_advantage(rewards.float(), mask, index, norm_by_std=norm_by_std).double(),
+        ref,
+        rtol=2e-4,
+        atol=2e-4 * max(1.0, float(ref.abs().max())),
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_inputs(dtype):
+    torch.manual_seed(2)
+    rewards = torch.randn(8, 6).to(dtype)
+    mask = torch.ones(8, 6, dtype=torch.long)
+    index = np.repeat(np.arange(2), 4)
+    adv = bot_advantage(rewards, mask, index)
+    assert adv.dtype == torch.float32
+    torch.testing.assert_close(adv, reference_bot(rewards, mask, list(index)).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_all_equal_group_is_exactly_zero_and_padding_is_zero():
+    value = 0.1 + 0.2  # not representable: naive mean/var would leak rounding noise
+    rewards = torch.full((4, 33), value, dtype=torch.float32)
+    rewards[:, 20:] = 123.0  # garbage on padding must not matter
+    mask = torch.zeros(4, 33, dtype=torch.long)
+    for row, length in enumerate([20, 7, 13, 1]):
+        mask[row, :length] = 1
+    adv = bot_advantage(rewards, mask, np.zeros(4), epsilon=0.0)
+    assert torch.equal(adv, torch.zeros_like(adv))
+
+
+def test_group_of_one_keeps_within_rollout_signal():
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
+    adv = bot_advantage(rewards, torch.ones(1, 4), ["solo"], epsilon=0.0)
+    torch.testing.assert_close(adv, torch.tensor([[1.0, -1.0, -1.0, 1.0]]))
+
+
+def test_rows_with_zero_valid_tokens_get_zero_and_do_not_count_in_k():
+    rewards = torch.tensor([[1.0, 2.0], [5.0, 5.0], [3.0, 4.0]])
+    mask = torch.tensor([[1, 1], [0, 0], [1, 1]])
+    adv = bot_advantage(rewards, mask, np.array([0, 0, 0]))
+    assert torch.equal(adv[1], torch.zeros(2))
+    torch.testing.assert_close(adv, reference_bot(rewards, mask, [0, 0, 0]).float())
+    only_empty = bot_advantage(torch.ones(2, 3), torch.zeros(2, 3), np.array([0, 0]))
+    assert torch.equal(only_empty, torch.zeros(2, 3))
+
+
+def test_never_nan_or_inf_on_extreme_but_finite_rewards():
+    rewards = torch.tensor([[3e38, -3e38, 0.0], [1e-30, 0.0, 0.0]])
+    adv = bot_advantage(rewards, torch.ones(2, 3), np.array([0, 0]))
+    assert torch.isfinite(adv).all()
+
+
+def test_nan_reward_names_the_uid():
+    rewards = torch.zeros(3, 4)
+    rewards[2, 1] = float("nan")
+    with pytest.raises(ValueError, match="uid-bad"):
+        bot_advantage(rewards, torch.ones(3, 4), np.array(["uid-ok", "uid-ok", "uid-bad"], dtype=object))
+    # NaN on padding is not an error (it never enters the statistics)
+    rewards[2, 1] = 0.0
+    rewards[2, 3] = float("inf")
+    mask = torch.ones(3, 4)
+    mask[2, 3] = 0
+    assert torch.isfinite(bot_advantage(rewards, mask, np.array([0, 0, 1]))).all()
+
+
+def test_missing_uid_is_a_clear_error():
+    with pytest.raises(ValueError, match="uid"):
+        compute_bot_advantage(torch.zeros(2, 3), torch.ones(2, 3), index=None)
+
+
+def test_adapter_reads_config_and_ignores_extra_kwargs():
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    mask = torch.ones(2, 2)
+    index = np.array([0, 0])
+    adv, returns = compute_bot_advantage(rewards, mask, index=index, config={"bot_epsilon": 0.0}, reward_baselines=None)
+    assert adv is returns
+    torch.testing.assert_close(adv, reference_bot(rewards, mask, [0, 0], eps=0.0).float())
+    centred, _ = compute_bot_advantage(rewards, mask, index=index, config={"norm_adv_by_std_in_grpo": False})
+    torch.testing.assert_close(centred, torch.tensor([[0.75, -0.25], [-0.25, -0.25]]))

@@ -1,0 +1,115 @@
+"""A tiny Qwen2-style causal LM and a byte-level BPE tokenizer, built locally.
+
+No model hub is reachable on the machines this project is tested on, so the
+tests, the CPU demo and the benchmarks build their model here: a tokenizer
+trained with `tokenizers` on a small corpus (byte-level BPE, so every string,
+multi-byte UTF-8 included, round-trips), wrapped as a
+`transformers.PreTrainedTokenizerFast` with a ChatML chat template, and a
+randomly initialised `Qwen2ForCausalLM` of a few layers.
+
+    python -m verl_bot.cpu.tiny_model OUT_DIR   # writes both, idempotent
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+_CORPUS = [
+    "You are a helpful assistant. Write a short answer.",
+    "const App = () => { return <div className=\"p-4\">Hello</div>; };",
+    "export default function Counter() { const [n, setN] = useState(0); }",
+    "import React from 'react'; function Button(props) { return <button>{props.label}</button>; }",
+    "<step 1> Let x = 3. </step 1> <step 2> Then 2x = 6. </step 2> <final>6</final>",
+    "The answer is \\boxed{33}. 0 1 2 3 4 5 6 7 8 9 10 100 999",
+    "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+    "good bad good bad ok fine great poor yes no",
+    "caf\u00e9 na\u00efve \u00fcber \u65e5\u672c\u8a9e \U0001f600 \u2014 \u00e9t\u00e9",
+    "{}[]()<>;:,.!?'\"`~@#$%^&*-_=+|\\/\n\t",
+]
+
+
+def build_tokenizer(out_dir: str | Path, vocab_size: int = 400):
+    """Train a byte-level BPE tokenizer on a small built-in corpus and save it.
+
+    Returns the `transformers.PreTrainedTokenizerFast`; `out_dir` then loads
+    with `AutoTokenizer.from_pretrained(out_dir)`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(out)
+    return fast
+
+
+def build_model(out_dir: str | Path, hidden_size: int = 64, num_layers: int = 2, seed: int = 0):
+    """Write a tokenizer and a randomly initialised tiny `Qwen2ForCausalLM` to `out_dir`."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer(out_dir)
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out_dir)
+    (Path(out_dir) / "verl_bot_tiny.json").write_text(json.dumps({"hidden_size": hidden_size, "layers": num_layers}))
+    return model, tokenizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir")
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    args = parser.parse_args()
+    if (Path(args.out_dir) / "verl_bot_tiny.json").exists():
+        print(f"reusing tiny model in {args.out_dir}")
+        return
+    build_model(args.out_dir, args.hidden_size, args.layers)
+    print(f"wrote tiny model to {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()
