@@ -1,0 +1,71 @@
+"""verl loads verl-bot through its `verl.plugins` entry point, in a fresh process, and registration is loud."""
+
+import subprocess
+import sys
+
+import pytest
+
+import verl_bot.plugin as plugin
+from verl_bot.dense import training_reward_metrics
+
+PROBE = """
+import verl
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+print("estimator", get_adv_estimator_fn("bot").__module__)
+print("manager", get_reward_manager_cls("bot").__name__)
+print("patched", getattr(AgentLoopOutput.as_dict, "__verl_bot_dense__", False))
+"""
+
+
+def test_plain_import_verl_registers_bot_in_a_fresh_process():
+    proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "estimator verl_bot.advantage.bot" in proc.stdout
+    assert "manager BoTRewardManager" in proc.stdout
+    assert "patched True" in proc.stdout
+    assert "[verl-bot] INFO registered in verl 0.9.1" in proc.stderr
+
+
+def test_register_is_idempotent():
+    first = plugin.register()
+    assert plugin.register() is first
+    assert first["adv_estimators"] == ["bot"] and first["reward_managers"] == ["bot"]
+
+
+def test_version_mismatch_fails_loudly(monkeypatch):
+    import verl
+
+    monkeypatch.setattr(verl, "__version__", "0.10.0")
+    with pytest.raises(plugin.VerlApiMismatch, match="supports verl==0.9.1, found verl==0.10.0"):
+        plugin.check_verl_version()
+    monkeypatch.setenv("VERL_BOT_ALLOW_VERL_MISMATCH", "1")
+    plugin.check_verl_version()  # a warning only
+
+
+def test_failed_registration_is_logged_at_error_level_in_verl_processes():
+    code = "import verl; verl.__version__ = '9.9.9'; import verl_bot.verl_entry"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "VERL_USE_EXTERNAL_PLUGINS": "none"},
+    )
+    assert proc.returncode != 0
+    assert "[verl-bot] ERROR verl-bot failed to register in verl" in proc.stderr
+    assert "found verl==9.9.9" in proc.stderr
+
+
+def test_training_reward_metrics_average_numeric_extra_info():
+    extra_fields = [
+        {"reward_extra_info": {"score": 1.0, "compile": 0.0, "note": "x"}},
+        {"reward_extra_info": {"score": -1.0, "compile": 1.0, "scorer_failed": 1.0}},
+        None,
+    ]
+    assert training_reward_metrics(extra_fields) == {
+        "reward/score/mean": 0.0,
+        "reward/compile/mean": 0.5,
+        "reward/scorer_failed/mean": 1.0,
+    }

@@ -1,0 +1,1 @@
+"""Token-level rewards: reward manager, verdict composition, span->token mapping, scorer clients."""

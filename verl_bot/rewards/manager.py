@@ -1,0 +1,136 @@
+"""The `bot` reward manager: scorer verdicts -> dense per-token rewards for verl's reward loop.
+
+Selected with `reward.reward_manager.name=bot`. For each response it calls the
+scorer chosen by the row's `data_source`, then composes
+`r_t = w_g * G + w_s * S_t` over the response tokens and returns the vector as
+`reward_score` (`verl_bot.dense` carries it into `token_level_rewards`).
+
+Knobs, under `reward.reward_kwargs.bot` (add them with `+reward.reward_kwargs.bot.KEY=VALUE`):
+
+    w_global       1.0    w_g, weight of the global score G on every token
+    w_local        1.0    w_s, weight of the local signal S_t
+    scorers        {}     data_source -> scorer spec (see verl_bot.rewards.scorers);
+                          built in: toy_lint -> builtin:toy_lint
+    timeout_s      120    per scorer call (HTTP total timeout / in-process wait)
+    retries        2      extra HTTP attempts (round-robin over the URLs, backoff)
+    failure_score  0.0    sentinel G when a scorer raises, times out or answers
+                          garbage; S = 0 then, and `scorer_failed` = 1 in the metrics
+
+`reward_extra_info` of every response: `score` (G), every part of G by name,
+`scorer_failed` and `scorer_error` (0/1) -> verl metrics `reward/<key>/mean`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import numpy as np
+from verl import DataProto
+from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
+
+from verl_bot.dense import assemble_dense_rm_scores
+from verl_bot.rewards.scorers import build_scorers
+from verl_bot.rewards.spans import token_char_spans
+from verl_bot.rewards.verdict import compose_token_rewards, validate_verdict
+
+logger = logging.getLogger("verl_bot")
+
+DEFAULTS = {"w_global": 1.0, "w_local": 1.0, "timeout_s": 120.0, "retries": 2, "failure_score": 0.0}
+
+
+def manager_settings(config: Any) -> dict[str, Any]:
+    """The `bot` manager's knobs: DEFAULTS overridden by `config.reward.reward_kwargs.bot`."""
+    reward_kwargs = (config.get("reward") or {}).get("reward_kwargs") or {}
+    user = dict(reward_kwargs.get("bot") or {})
+    unknown = set(user) - set(DEFAULTS) - {"scorers"}
+    if unknown:
+        raise ValueError(f"unknown reward.reward_kwargs.bot keys {sorted(unknown)}; known: {sorted(DEFAULTS)}+scorers")
+    settings = {**DEFAULTS, **user}
+    settings["scorers"] = dict(user.get("scorers") or {})
+    return settings
+
+
+def _prompt_text(item: Any, tokenizer: Any) -> str:
+    """The task text the policy saw: the last user message of `raw_prompt`, else the decoded prompt ids."""
+    raw_prompt = item.non_tensor_batch.get("raw_prompt")
+    if raw_prompt is not None:
+        for message in reversed(list(raw_prompt)):
+            if isinstance(message, dict) and message.get("role") == "user":
+                return str(message.get("content", ""))
+    prompt_ids = item.batch["prompts"]
+    return tokenizer.decode(prompt_ids[prompt_ids != tokenizer.pad_token_id].tolist(), skip_special_tokens=True)
+
+
+class BoTRewardManager(RewardManagerBase):
+    """Token-level reward manager: one scorer call per response, dense rewards out."""
+
+    def __init__(self, config, tokenizer, compute_score=None, reward_router_address=None, reward_model_tokenizer=None):
+        super().__init__(config, tokenizer, compute_score)
+        self.settings = manager_settings(config)
+        self.scorers = build_scorers(
+            self.settings["scorers"], timeout_s=self.settings["timeout_s"], retries=self.settings["retries"]
+        )
+
+    @classmethod
+    def assemble_rm_scores(cls, data: DataProto, scores: list) -> Any:
+        """Dense `rm_scores` (B, T) for verl's colocated-reward-model path (see `verl_bot.dense`)."""
+        return assemble_dense_rm_scores(data, scores)
+
+    def _scorer_for(self, data_source: str):
+        if data_source not in self.scorers:
+            raise KeyError(
+                f"bot reward manager: no scorer for data_source={data_source!r}; configured: {sorted(self.scorers)}. "
+                f"Add +reward.reward_kwargs.bot.scorers.{data_source}=<builtin:NAME|python:MOD:FN|http://URL>"
+            )
+        return self.scorers[data_source]
+
+    async def _verdict(self, data_source: str, request: dict) -> tuple[dict, bool]:
+        """The scorer's validated verdict, or the failure sentinel; returns (verdict, failed)."""
+        scorer = self._scorer_for(data_source)
+        try:
+            raw = await asyncio.wait_for(scorer.score(request), timeout=self.settings["timeout_s"])
+            return validate_verdict(raw), False
+        except Exception as exc:  # noqa: BLE001 - any scorer failure becomes the documented sentinel
+            logger.warning("scorer for %s failed (%s: %s); sentinel reward", data_source, type(exc).__name__, exc)
+            sentinel = {"global": {"score": self.settings["failure_score"], "parts": {}}, "local": []}
+            return validate_verdict(sentinel), True
+
+    async def run_single(self, data: DataProto) -> dict:
+        item = data[-1]  # for multi-output trajectories verl scores the last output
+        response_ids = item.batch["responses"]
+        length = int(item.batch["attention_mask"][-response_ids.shape[-1] :].sum())
+        valid_ids = response_ids[:length].tolist()
+        data_source = str(item.non_tensor_batch.get("data_source", ""))
+        reward_model = item.non_tensor_batch.get("reward_model") or {}
+
+        text, token_spans = await asyncio.get_running_loop().run_in_executor(
+            None, token_char_spans, self.tokenizer, valid_ids
+        )
+        request = {
+            "prompt": _prompt_text(item, self.tokenizer),
+            "response": text,
+            "ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, dict) else None,
+            "extra_info": dict(item.non_tensor_batch.get("extra_info") or {}),
+        }
+        verdict, failed = await self._verdict(data_source, request)
+        score = verdict["global"]["score"]
+        token_rewards = compose_token_rewards(
+            score, verdict["local"], token_spans, len(text), self.settings["w_global"], self.settings["w_local"]
+        )
+        extra = {
+            "score": score,
+            **verdict["global"]["parts"],
+            "scorer_failed": float(failed),
+            "scorer_error": float(verdict["error"] is not None),
+        }
+        return {"reward_score": np.asarray(token_rewards, dtype=np.float64).tolist(), "reward_extra_info": extra}
+
+
+def register_reward_managers() -> list[str]:
+    """Register `bot` in verl's reward-loop manager registry; returns the names."""
+    from verl.experimental.reward_loop.reward_manager import register
+
+    register("bot")(BoTRewardManager)
+    return ["bot"]

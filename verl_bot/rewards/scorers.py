@@ -1,0 +1,123 @@
+"""Pluggable scorers: text in, REWARD_API verdict out, chosen per `data_source`.
+
+A scorer is an object with `async score(item) -> verdict`, where `item` is one
+REWARD_API request item (`prompt`, `response`, `ground_truth`, `extra_info`)
+and the verdict is the REWARD_API response item. Two kinds:
+
+- `HttpScorer`: a reward server (REWARD_API.md) at one or several base URLs,
+  used round-robin (each request goes to the next URL; a failed request is
+  retried on the next one, with exponential backoff);
+- `PythonScorer`: an in-process function `fn(prompt, response, ground_truth,
+  extra_info) -> verdict`, sync (run in a thread) or async.
+
+A scorer spec (config value) is one of:
+    "builtin:toy_lint"                      a scorer shipped with verl-bot
+    "python:my_pkg.my_module:my_function"   any importable function
+    "http://127.0.0.1:8801"                 a reward server; several URLs as a
+    ["http://a:8801", "http://b:8801"]      list or comma-separated string
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from verl_bot.rewards.toy import toy_lint
+
+BUILTIN_SCORERS: dict[str, Callable[..., dict]] = {"toy_lint": toy_lint}
+# data_source -> scorer spec used when the config names no scorer for it
+DEFAULT_SCORERS: dict[str, str] = {"toy_lint": "builtin:toy_lint"}
+
+
+class ScorerError(RuntimeError):
+    """A scorer could not produce a verdict (raised, timed out, server unreachable, bad answer)."""
+
+
+class PythonScorer:
+    """Runs an in-process scoring function (sync functions in a worker thread)."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+    async def score(self, item: dict) -> dict:
+        args = (item["prompt"], item["response"], item.get("ground_truth"), item.get("extra_info"))
+        if self.is_async:
+            return await self.fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(None, self.fn, *args)
+
+
+class HttpScorer:
+    """Client of a REWARD_API reward server; several base URLs are used round-robin."""
+
+    def __init__(self, urls: list[str], timeout_s: float = 120.0, retries: int = 2, backoff_s: float = 0.5):
+        if not urls:
+            raise ValueError("HttpScorer needs at least one URL")
+        self.urls = [u.rstrip("/") for u in urls]
+        self._next_url = itertools.cycle(self.urls)
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._session = None
+
+    async def _post(self, url: str, payload: dict) -> dict:
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        async with self._session.post(f"{url}/score", json=payload) as resp:
+            if resp.status != 200:
+                body = (await resp.text())[:200]
+                raise ScorerError(f"{url}/score answered HTTP {resp.status}: {body}")
+            return await resp.json()
+
+    async def score(self, item: dict) -> dict:
+        errors = []
+        for attempt in range(self.retries + 1):
+            url = next(self._next_url)
+            try:
+                answer = await self._post(url, {"items": [item]})
+                items = answer.get("items") if isinstance(answer, dict) else None
+                if not isinstance(items, list) or len(items) != 1:
+                    raise ScorerError(f"{url}/score returned {str(answer)[:200]!r}, expected one item")
+                return items[0]
+            except Exception as exc:  # noqa: BLE001 - every failure is retried, then reported as ScorerError
+                errors.append(f"{url}: {type(exc).__name__}: {exc}")
+            if attempt < self.retries:
+                await asyncio.sleep(self.backoff_s * 2**attempt)
+        raise ScorerError("; ".join(errors))
+
+
+def _load_function(path: str) -> Callable[..., Any]:
+    module_name, _, attr = path.partition(":")
+    if not attr:
+        raise ValueError(f"python scorer spec must be 'python:module:function', got 'python:{path}'")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def build_scorer(spec: Any, timeout_s: float = 120.0, retries: int = 2) -> PythonScorer | HttpScorer:
+    """Build one scorer from its spec (see the module docstring)."""
+    if isinstance(spec, list | tuple) or (hasattr(spec, "__iter__") and not isinstance(spec, str)):
+        urls = [str(u) for u in spec]
+        return HttpScorer(urls, timeout_s=timeout_s, retries=retries)
+    spec = str(spec).strip()
+    if spec.startswith("builtin:"):
+        name = spec.removeprefix("builtin:")
+        if name not in BUILTIN_SCORERS:
+            raise ValueError(f"unknown builtin scorer {name!r}; built-in: {sorted(BUILTIN_SCORERS)}")
+        return PythonScorer(BUILTIN_SCORERS[name])
+    if spec.startswith("python:"):
+        return PythonScorer(_load_function(spec.removeprefix("python:")))
+    if spec.startswith(("http://", "https://")):
+        return HttpScorer([u.strip() for u in spec.split(",") if u.strip()], timeout_s=timeout_s, retries=retries)
+    raise ValueError(f"scorer spec {spec!r} is none of builtin:NAME, python:MODULE:FN, http(s)://URL[,URL...]")
+
+
+def build_scorers(specs: dict[str, Any], timeout_s: float = 120.0, retries: int = 2) -> dict[str, Any]:
+    """data_source -> scorer, from the built-in defaults overridden by `specs`."""
+    merged = {**DEFAULT_SCORERS, **dict(specs or {})}
+    return {source: build_scorer(spec, timeout_s=timeout_s, retries=retries) for source, spec in merged.items()}

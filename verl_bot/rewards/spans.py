@@ -1,0 +1,136 @@
+"""Map character spans of a response's text to its tokens.
+
+A reward server scores the response TEXT and returns local signals on
+character spans (`[start, end)` Python string indices, REWARD_API.md). The
+policy was trained on TOKENS. This module finds which characters each token
+produced, using the tokenizer's own decoding of the actual response token ids,
+so it is right for any tokenizer whose decoding is prefix-consistent (byte-level
+BPE as in Qwen/SmolLM/Phi, SentencePiece):
+
+- text = `tokenizer.decode(ids, skip_special_tokens=True)`: the same text the
+  scorer sees;
+- token i covers the characters that decoding `ids[: i + 1]` added to decoding
+  `ids[: i]` (computed incrementally over a short window, O(n); checked against
+  the full decode, with an exact O(n^2) fallback);
+- a token that completes no character (the first bytes of a multi-byte
+  character) is given the characters of the token that completes it;
+- special tokens (EOS, ...) cover no character.
+
+The rule for a token whose characters fall in several spans, or partly outside
+every span (a token straddling a span edge): its local value is the MEAN of
+the per-character values over the characters it covers (text outside every
+span counts 0). A token covering no character gets 0. A truncated response
+(ending inside a multi-byte character) decodes to a trailing U+FFFD, which the
+last token covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+REPLACEMENT_CHAR = "\ufffd"
+_WINDOW = 6  # tokens of left context when decoding one token (enough for merges across token edges)
+
+
+def _incremental_ends(decode: Callable[[Sequence[int]], str], ids: Sequence[int]) -> list[int]:
+    """End offset (in the decoded text) of the characters completed by each token; O(n) decodes of short windows."""
+    ends: list[int] = []
+    text_len = 0
+    prefix_start, read_start = 0, 0  # decode(ids[prefix_start:read_start]) is already accounted for
+    for i in range(len(ids)):
+        prefix_text = decode(ids[prefix_start:read_start])
+        new_text = decode(ids[prefix_start : i + 1])
+        if new_text.endswith(REPLACEMENT_CHAR) and i + 1 < len(ids):
+            ends.append(text_len)  # an incomplete character so far: wait for the next tokens
+            continue
+        if new_text.startswith(prefix_text):
+            text_len += len(new_text) - len(prefix_text)
+        else:  # decode is not prefix-consistent over this window: let the caller fall back
+            return []
+        ends.append(text_len)
+        prefix_start, read_start = max(0, i + 1 - _WINDOW), i + 1
+    return ends
+
+
+def _exact_ends(decode: Callable[[Sequence[int]], str], ids: Sequence[int]) -> list[int]:
+    """Same as `_incremental_ends` by decoding every prefix: O(n^2), used only when the fast path disagrees."""
+    ends = []
+    for i in range(len(ids)):
+        prefix = decode(ids[: i + 1])
+        if i + 1 < len(ids):
+            prefix = prefix.rstrip(REPLACEMENT_CHAR)
+        ends.append(len(prefix))
+    return ends
+
+
+def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, np.ndarray]:
+    """Decode `ids` and return the text and each token's character span in it.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+        ids: the response token ids (no padding).
+
+    Returns:
+        text: `tokenizer.decode(ids, skip_special_tokens=True)`.
+        spans: (n, 2) int64 array of `[start, end)` character offsets per token.
+    """
+    ids = [int(i) for i in ids]
+
+    def decode(window: Sequence[int]) -> str:
+        return tokenizer.decode(list(window), skip_special_tokens=True) if window else ""
+
+    text = decode(ids)
+    ends = _incremental_ends(decode, ids)
+    if not ends or ends[-1] != len(text):
+        ends = _exact_ends(decode, ids)
+    if ends and ends[-1] != len(text):
+        raise ValueError("token_char_spans: the tokenizer's decoding is not prefix-consistent for this response")
+    ends_arr = np.asarray(ends, dtype=np.int64)
+    starts = np.concatenate([[0], ends_arr[:-1]]).astype(np.int64) if len(ids) else np.zeros(0, np.int64)
+    spans = np.stack([starts, ends_arr], axis=1) if len(ids) else np.zeros((0, 2), np.int64)
+    _give_partial_tokens_their_character(spans, ids, set(tokenizer.all_special_ids))
+    return text, spans
+
+
+def _give_partial_tokens_their_character(spans: np.ndarray, ids: Sequence[int], special_ids: set[int]) -> None:
+    """In place: a non-special token with an empty span takes the span of the next token that completes text."""
+    next_span = None
+    for i in range(len(ids) - 1, -1, -1):
+        start, end = spans[i]
+        if end > start:
+            next_span = (start, end)
+        elif ids[i] not in special_ids and next_span is not None:
+            spans[i] = next_span
+
+
+def char_values(text_length: int, local: Sequence[dict]) -> np.ndarray:
+    """Per-character local signal S from REWARD_API `local` spans: (text_length,) float64, 0 outside every span.
+
+    Spans are clipped to the text; overlapping spans add up.
+    """
+    delta = np.zeros(text_length + 1, dtype=np.float64)
+    for span in local:
+        start = max(0, min(int(span["start"]), text_length))
+        end = max(start, min(int(span["end"]), text_length))
+        delta[start] += float(span["value"])
+        delta[end] -= float(span["value"])
+    return np.cumsum(delta)[:text_length]
+
+
+def token_local_values(spans: np.ndarray, per_char: np.ndarray) -> np.ndarray:
+    """Mean per-character value over each token's characters.
+
+    Args:
+        spans: (n, 2) `[start, end)` character spans of the tokens.
+        per_char: (text_length,) per-character values.
+
+    Returns:
+        (n,) float64; 0 for tokens that cover no character.
+    """
+    cumulative = np.concatenate([[0.0], np.cumsum(per_char)])
+    starts, ends = spans[:, 0], spans[:, 1]
+    widths = ends - starts
+    sums = cumulative[ends] - cumulative[starts]
+    return np.divide(sums, widths, out=np.zeros(len(spans), dtype=np.float64), where=widths > 0)

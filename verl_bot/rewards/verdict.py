@@ -1,0 +1,82 @@
+"""The verdict of a scorer for one response (REWARD_API.md item) and its composition into token rewards.
+
+A verdict is the plain dict a reward server returns per item:
+
+    {"global": {"score": G, "parts": {...}}, "local": [{"start", "end", "value"}, ...],
+     "info": {...}, "flags": [...], "error": None | "message"}
+
+Token rewards (ALGORITHMS.md Eq. 4): `r_t = w_g * G + w_s * S_t`: G on every
+response token, S_t the local signal of the characters token t produced.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from verl_bot.rewards.spans import char_values, token_local_values
+
+
+class InvalidVerdict(ValueError):
+    """A scorer answered with something that is not a REWARD_API verdict (or holds NaN/inf)."""
+
+
+def _finite(value: Any, what: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidVerdict(f"{what} is not a number: {value!r}") from exc
+    if not math.isfinite(number):
+        raise InvalidVerdict(f"{what} is not finite: {value!r}")
+    return number
+
+
+def validate_verdict(verdict: Any) -> dict:
+    """Check a verdict's shape and numbers; returns it normalised (floats, sorted local spans, lists)."""
+    if not isinstance(verdict, dict) or not isinstance(verdict.get("global"), dict):
+        raise InvalidVerdict(f"expected a dict with a 'global' object, got {type(verdict).__name__}")
+    parts = verdict["global"].get("parts") or {}
+    if not isinstance(parts, dict):
+        raise InvalidVerdict("'global.parts' must be an object")
+    local = verdict.get("local") or []
+    if not isinstance(local, list):
+        raise InvalidVerdict("'local' must be a list of spans")
+    spans = []
+    for span in local:
+        if not isinstance(span, dict):
+            raise InvalidVerdict(f"local span must be an object, got {span!r}")
+        start, end = int(span.get("start", -1)), int(span.get("end", -1))
+        if start < 0 or end < start:
+            raise InvalidVerdict(f"local span has bad offsets: {span!r}")
+        spans.append({"start": start, "end": end, "value": _finite(span.get("value"), "local span value")})
+    return {
+        "global": {
+            "score": _finite(verdict["global"].get("score"), "global.score"),
+            "parts": {str(k): _finite(v, f"global.parts.{k}") for k, v in parts.items()},
+        },
+        "local": sorted(spans, key=lambda s: (s["start"], s["end"])),
+        "info": verdict.get("info") or {},
+        "flags": [str(f) for f in verdict.get("flags") or []],
+        "error": verdict.get("error"),
+    }
+
+
+def compose_token_rewards(
+    global_score: float, local: list[dict], token_spans: np.ndarray, text_length: int, w_global: float, w_local: float
+) -> np.ndarray:
+    """`r_t = w_g * G + w_s * S_t` for every response token.
+
+    Args:
+        global_score: G of the response.
+        local: REWARD_API local spans (character offsets into the response text).
+        token_spans: (n, 2) `[start, end)` characters of each token (`spans.token_char_spans`).
+        text_length: length of the response text.
+        w_global, w_local: the weights w_g, w_s.
+
+    Returns:
+        (n,) float64 token rewards.
+    """
+    local_values = token_local_values(token_spans, char_values(text_length, local))
+    return w_global * global_score + w_local * local_values
