@@ -12,7 +12,7 @@ When every token of a rollout carries the same reward R_k this is GRPO with
 the population std on every token; duplicating every token of a rollout
 leaves mu and var unchanged (length invariance).
 
-Numerics: reductions accumulate in float64, on rewards shifted by one reward of the group
+Numerics: one (B, T) work buffer; all sums are over rewards shifted by one reward of the group
 (exact when all rewards of a group are equal, so such a group gets exactly 0);
 a group with zero variance gets 0, never NaN or inf; padding gets 0. Rows with
 no valid token take no part in their group (they are not counted in K).
@@ -34,15 +34,15 @@ def _group_sum(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> to
     return values.new_zeros(num_groups).index_add_(0, group, values)
 
 
-def _check_finite(rewards: torch.Tensor, mask: torch.Tensor, index: np.ndarray | None) -> None:
-    """Raise ValueError naming the uids of rows with a NaN/inf reward on a valid token.
+def _raise_if_not_finite(rewards: torch.Tensor, response_mask: torch.Tensor, index) -> None:
+    """Raise ValueError naming the uids of rows with a NaN/inf reward on a valid token (slow path only).
 
-    rewards: (B, T); mask: (B, T) bool.
+    rewards, response_mask: (B, T).
     """
-    bad_rows = (~torch.isfinite(rewards) & mask).any(dim=1)
+    bad_rows = (~torch.isfinite(rewards) & (response_mask != 0)).any(dim=1)
     if bad_rows.any():
         rows = bad_rows.nonzero().flatten().tolist()
-        uids = sorted({str(index[r]) for r in rows}) if index is not None else []
+        uids = sorted({str(index[r]) for r in rows})
         raise ValueError(
             f"bot advantage: non-finite token rewards (NaN/inf) in {len(rows)} response(s), rows {rows[:8]}, "
             f"uid(s) {uids[:8]}; check the reward manager / reward server output for these prompts"
@@ -82,32 +82,24 @@ def bot_advantage(
     if len(index) != batch_size:
         raise ValueError(f"bot advantage: {len(index)} uids for {batch_size} rows")
     out_dtype = torch.promote_types(rewards.dtype, torch.float32)
-    mask = response_mask.bool()
-    _check_finite(rewards, mask, np.asarray(index, dtype=object))
     if batch_size == 0:
         return torch.zeros_like(rewards, dtype=out_dtype)
 
     group = as_torch_index(index, device=rewards.device)
     num_groups = int(group.max()) + 1
-    lengths = mask.sum(dim=1)  # (B,) L_k
+    lengths = response_mask.sum(dim=1).double()  # (B,) L_k
     has_tokens = lengths > 0
-    inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1).double(), 0.0)  # (B,) 1/L_k, 0 if empty
+    inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1.0), 0.0)  # (B,) 1/L_k, 0 for empty rows
     k_per_group = _group_sum(has_tokens.double(), group, num_groups).clamp(min=1.0)  # (G,) K
+    groups = _Groups(
+        group, num_groups, _group_shift(rewards, response_mask, group, num_groups, has_tokens), inv_len, k_per_group
+    )
 
-    # Shift by one valid reward of the group (the first valid token of some row): exact zeros when all equal.
-    first_valid = mask.to(torch.uint8).argmax(dim=1)  # (B,)
-    row_first = rewards[torch.arange(batch_size, device=rewards.device), first_valid].double()
-    row_first = torch.where(has_tokens, row_first, -torch.inf)
-    shift_g = torch.full((num_groups,), -torch.inf, dtype=torch.float64, device=rewards.device)
-    shift_g = shift_g.scatter_reduce(0, group, row_first, reduce="amax")
-    shift_g = torch.where(torch.isfinite(shift_g), shift_g, 0.0)  # groups with no valid token
-    shift = shift_g[group]  # (B,)
-
-    groups = _Groups(group, num_groups, shift, inv_len, k_per_group)
-    advantages = _standardize(rewards, mask, groups, epsilon, norm_by_std, out_dtype)
-    if out_dtype != torch.float64 and not torch.isfinite(advantages).all():
+    advantages, sq_sum = _standardize(rewards, response_mask, groups, epsilon, norm_by_std, out_dtype, index)
+    if not torch.isfinite(sq_sum).all():
         # |rewards| near the dtype's limit overflowed the shifted buffer: redo it in float64 (rare, exact)
-        advantages = _standardize(rewards, mask, groups, epsilon, norm_by_std, torch.float64).to(out_dtype)
+        advantages, _ = _standardize(rewards, response_mask, groups, epsilon, norm_by_std, torch.float64, index)
+        advantages = advantages.to(out_dtype)
     return advantages
 
 
@@ -122,25 +114,48 @@ class _Groups(NamedTuple):
     k_per_group: torch.Tensor
 
 
-def _standardize(rewards, mask, groups: _Groups, epsilon: float, norm_by_std: bool, work_dtype) -> torch.Tensor:
-    """(r - mu_g) [/ (std_g + eps)] on valid tokens, in one (B, T) buffer of `work_dtype`; reductions in float64.
+def _group_shift(rewards, response_mask, group, num_groups: int, has_tokens) -> torch.Tensor:
+    """(B,) float64: one valid reward of each row's group (its first valid token in some row), 0 if none.
 
-    rewards, mask: (B, T). Returns (B, T) of `work_dtype`, 0 on padding and in zero-variance groups.
+    Subtracting it first makes every sum exactly 0 in a group whose rewards are all equal.
+    rewards, response_mask: (B, T); group, has_tokens: (B,).
+    """
+    rows = torch.arange(rewards.shape[0], device=rewards.device)
+    if bool(((response_mask[:, 0] != 0) | ~has_tokens).all()):  # right-padded rows: token 0 is valid
+        first_valid = torch.zeros_like(rows)
+    else:
+        first_valid = (response_mask != 0).to(torch.uint8).argmax(dim=1)
+    row_first = torch.where(has_tokens, rewards[rows, first_valid].double(), -torch.inf)
+    row_first = torch.where(torch.isfinite(row_first) | ~has_tokens, row_first, 0.0)  # NaN/inf: reported later
+    shift_g = torch.full((num_groups,), -torch.inf, dtype=torch.float64, device=rewards.device)
+    shift_g = shift_g.scatter_reduce(0, group, row_first, reduce="amax")
+    return torch.where(torch.isfinite(shift_g), shift_g, 0.0)[group]
+
+
+def _standardize(rewards, response_mask, groups: _Groups, epsilon, norm_by_std, work_dtype, index):
+    """(r - mu_g) [/ (std_g + eps)] on valid tokens, in ONE (B, T) buffer of `work_dtype`.
+
+    rewards, response_mask: (B, T). Returns the advantages (B, T) of `work_dtype` (0 on padding and in
+    zero-variance groups) and the (B,) float64 sums of squared deviations (non-finite if the buffer overflowed).
     """
     group, num_groups, shift, inv_len, k_per_group = groups
     centered = rewards.to(work_dtype, copy=True)
-    centered.sub_(shift.to(work_dtype)[:, None]).masked_fill_(~mask, 0.0)
-    row_sum = centered.sum(dim=1, dtype=torch.float64)  # (B,) sum_t (r_t - shift)
+    centered.sub_(shift.to(work_dtype)[:, None]).mul_(response_mask)
+    row_sum = centered.sum(dim=1).double()  # (B,) sum_t (r_t - shift)
+    if not torch.isfinite(row_sum).all():
+        _raise_if_not_finite(rewards, response_mask, index)
+        centered = torch.where(response_mask != 0, centered, 0.0)  # NaN/inf only on padding: drop it
+        row_sum = centered.sum(dim=1).double()
     mu_g = _group_sum(row_sum * inv_len, group, num_groups) / k_per_group  # (G,) mean minus shift
-    centered.sub_(mu_g.to(work_dtype)[group][:, None]).masked_fill_(~mask, 0.0)
-    sq_sum = torch.einsum("bt,bt->b", centered, centered).double()  # (B,) sum_t (r_t - mu)^2
+    centered.sub_(mu_g.to(work_dtype)[group][:, None]).mul_(response_mask)
+    sq_sum = torch.linalg.vecdot(centered, centered).double()  # (B,) sum_t (r_t - mu)^2
     var_g = _group_sum(sq_sum * inv_len, group, num_groups) / k_per_group  # (G,)
 
     if norm_by_std:
         scale_g = torch.where(var_g > 0, 1.0 / (var_g.sqrt() + epsilon), 0.0)
     else:
         scale_g = torch.where(var_g > 0, 1.0, 0.0)
-    return centered.mul_(scale_g.to(work_dtype)[group][:, None])
+    return centered.mul_(scale_g.to(work_dtype)[group][:, None]), sq_sum
 
 
 def compute_bot_advantage(
