@@ -229,3 +229,16 @@ def test_unknown_data_source_and_unknown_knob_are_clear_errors(tiny_model_dir, t
         asyncio.run(worker.compute_score_batch(data))
     with pytest.raises(ValueError, match="unknown reward.reward_kwargs.bot keys"):
         worker_for(tiny_model_dir, "+reward.reward_kwargs.bot.w_lcoal=1")
+
+
+def test_token_level_false_gives_the_global_score_as_verls_scalar(tiny_model_dir, tokenizer):
+    worker, _ = worker_for(tiny_model_dir, "+reward.reward_kwargs.bot.token_level=false")
+    data, rows = make_batch(tokenizer, ["hello world"])
+    (out,) = asyncio.run(worker.compute_score_batch(data))
+    assert out["reward_score"] == pytest.approx(2 * (1 - 3 / 10) - 1)
+    loop_output = AgentLoopOutput(
+        prompt_ids=[1], response_ids=rows[0], response_mask=[1] * len(rows[0]), metrics=AgentLoopMetrics()
+    )
+    loop_output.reward_score = out["reward_score"]
+    rm_scores = loop_output.as_dict()["rm_scores"]
+    assert rm_scores[-1] == pytest.approx(out["reward_score"]) and (rm_scores[:-1] == 0).all()

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -45,6 +46,7 @@ import numpy as np
 import torch
 
 PATCHED_ATTR = "__verl_bot_dense__"
+logger = logging.getLogger("verl_bot")
 
 
 def dense_row(reward_score: Sequence[float], length: int) -> torch.Tensor:
@@ -116,10 +118,14 @@ def _wrap_compute_metrics(original):
     @functools.wraps(original)
     def _compute_metrics(self, batch, metrics, *args, **kwargs):
         result = original(self, batch, metrics, *args, **kwargs)
-        import transfer_queue as tq
+        try:
+            import transfer_queue as tq
 
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
-        metrics.update(training_reward_metrics(data["extra_fields"].tolist()))
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+            # a tensordict LinkedList, NonTensorStack or numpy array depending on the backend: list() fits all
+            metrics.update(training_reward_metrics(list(data["extra_fields"])))
+        except Exception:  # noqa: BLE001 - metrics are never worth a failed training step
+            logger.warning("verl-bot: could not add reward/<key>/mean metrics", exc_info=True)
         return result
 
     setattr(_compute_metrics, PATCHED_ATTR, True)

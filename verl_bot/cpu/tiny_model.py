@@ -103,11 +103,12 @@ def main() -> None:
     parser.add_argument("out_dir")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0, help="initialisation seed of the model weights")
     args = parser.parse_args()
     if (Path(args.out_dir) / "verl_bot_tiny.json").exists():
         print(f"reusing tiny model in {args.out_dir}")
         return
-    build_model(args.out_dir, args.hidden_size, args.layers)
+    build_model(args.out_dir, args.hidden_size, args.layers, seed=args.seed)
     print(f"wrote tiny model to {args.out_dir}")
 
 

@@ -15,6 +15,9 @@ Knobs, under `reward.reward_kwargs.bot` (add them with `+reward.reward_kwargs.bo
     retries        2      extra HTTP attempts (round-robin over the URLs, backoff)
     failure_score  0.0    sentinel G when a scorer raises, times out or answers
                           garbage; S = 0 then, and `scorer_failed` = 1 in the metrics
+    token_level    true   false: return only w_g * G as one scalar, which verl puts on
+                          the last token (its stock layout): the global-reward-only
+                          input of the GRPO/GSPO/DAPO baselines, same scorers
 
 `reward_extra_info` of every response: `score` (G), every part of G by name,
 `scorer_failed` and `scorer_error` (0/1) -> verl metrics `reward/<key>/mean`.
@@ -37,7 +40,14 @@ from verl_bot.rewards.verdict import compose_token_rewards, validate_verdict
 
 logger = logging.getLogger("verl_bot")
 
-DEFAULTS = {"w_global": 1.0, "w_local": 1.0, "timeout_s": 120.0, "retries": 2, "failure_score": 0.0}
+DEFAULTS = {
+    "w_global": 1.0,
+    "w_local": 1.0,
+    "timeout_s": 120.0,
+    "retries": 2,
+    "failure_score": 0.0,
+    "token_level": True,
+}
 
 
 def manager_settings(config: Any) -> dict[str, Any]:
@@ -116,15 +126,17 @@ class BoTRewardManager(RewardManagerBase):
         }
         verdict, failed = await self._verdict(data_source, request)
         score = verdict["global"]["score"]
-        token_rewards = compose_token_rewards(
-            score, verdict["local"], token_spans, len(text), self.settings["w_global"], self.settings["w_local"]
-        )
         extra = {
             "score": score,
             **verdict["global"]["parts"],
             "scorer_failed": float(failed),
             "scorer_error": float(verdict["error"] is not None),
         }
+        if not self.settings["token_level"]:
+            return {"reward_score": self.settings["w_global"] * score, "reward_extra_info": extra}
+        token_rewards = compose_token_rewards(
+            score, verdict["local"], token_spans, len(text), self.settings["w_global"], self.settings["w_local"]
+        )
         return {"reward_score": np.asarray(token_rewards, dtype=np.float64).tolist(), "reward_extra_info": extra}
 
 
