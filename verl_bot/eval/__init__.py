@@ -1,0 +1,1 @@
+"""Evaluation metrics (pass@k, compile rate, pairwise win rate)."""
