@@ -1,21 +1,35 @@
 #!/usr/bin/env bash
-# Idempotent setup: creates .venv at the repo root and installs verl-bot with
-# its test extra. On a machine without a GPU the CPU build of torch 2.13.0 is
-# installed first, so no dependency can pull a multi-GB CUDA build.
+# Idempotent setup (make setup; .ci/run and `make demo`/`make test` call it first):
+#  - .venv at the repo root with verl-bot, its math + test extras and verl 0.9.1; on a machine
+#    without a GPU the CPU build of torch 2.13.0 goes in first, so nothing can pull a CUDA build;
+#  - Debian packages the tests use (shellcheck; chromium via the React server's setup);
+#  - the React reward server's locked Node dependencies (reward_servers/react/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+
+if [[ ! -x .venv/bin/python ]]; then
+    "${PY}" -m venv .venv
 fi
-VPY=.venv/bin/python
-"$VPY" -m pip install -q --upgrade pip
-if ! "$VPY" -c 'import torch' 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    "$VPY" -m pip install -q torch
-  else
-    "$VPY" -m pip install -q torch==2.13.0
-  fi
+if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        "${PIP[@]}" torch
+    else
+        "${PIP[@]}" torch==2.13.0
+    fi
 fi
-"$VPY" -m pip install -q -e ".[test]"
-"$VPY" -c 'import verl, verl_bot; print("setup ok: verl", verl.__version__)'
+"${PIP[@]}" -e ".[test]"
+
+if ! command -v shellcheck >/dev/null 2>&1; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck
+    else
+        echo "setup: shellcheck missing (apt-get install shellcheck)" >&2
+        exit 1
+    fi
+fi
+if [[ -f reward_servers/react/setup.sh ]]; then
+    bash reward_servers/react/setup.sh
+fi
+.venv/bin/python -c 'import verl, verl_bot; print("setup ok: verl", verl.__version__, "verl-bot", verl_bot.__version__)'
