@@ -242,3 +242,26 @@ def test_token_level_false_gives_the_global_score_as_verls_scalar(tiny_model_dir
     loop_output.reward_score = out["reward_score"]
     rm_scores = loop_output.as_dict()["rm_scores"]
     assert rm_scores[-1] == pytest.approx(out["reward_score"]) and (rm_scores[:-1] == 0).all()
+
+
+def test_dapo_overlong_shaping_is_added_to_the_global_score(tiny_model_dir, tokenizer):
+    from verl_bot.rewards.manager import overlong_penalty
+
+    # max 10 tokens, cache zone 4: no penalty up to 6 tokens, then -1/4 per token, -1 at 10
+    assert [overlong_penalty(n, 10, 4) for n in (5, 6, 7, 8, 10)] == [0.0, 0.0, -0.25, -0.5, -1.0]
+    assert overlong_penalty(10, 10, 4, penalty_factor=0.5) == -0.5
+    worker, _ = worker_for(
+        tiny_model_dir,
+        "+reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+        "+reward.reward_kwargs.overlong_buffer_cfg.len=4",
+        "+reward.reward_kwargs.max_resp_len=6",
+    )
+    data, rows = make_batch(tokenizer, ["xyz qrst"])  # more than 6 tokens with its EOS
+    (out,) = asyncio.run(worker.compute_score_batch(data))
+    expected_penalty = overlong_penalty(len(rows[0]), 6, 4)
+    assert expected_penalty < 0
+    assert out["reward_extra_info"]["overlong"] == pytest.approx(expected_penalty)
+    assert out["reward_extra_info"]["score"] == pytest.approx(1.0 + expected_penalty)
+    np.testing.assert_allclose(out["reward_score"], expected_token_rewards(tokenizer, rows[0], "") + expected_penalty)
+    with pytest.raises(ValueError, match="max_resp_len"):
+        worker_for(tiny_model_dir, "+reward.reward_kwargs.overlong_buffer_cfg.enable=true")

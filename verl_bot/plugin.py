@@ -51,7 +51,8 @@ def _ensure_logging() -> None:
 def register() -> dict[str, list[str]]:
     """Register verl-bot's estimators, reward managers and the dense-reward plumbing in verl. Idempotent.
 
-    Returns what was registered, by kind: `{"adv_estimators": [...], "reward_managers": [...], "patches": [...]}`.
+    Returns what was registered, by kind: `{"cpu": [...], "adv_estimators": [...], "reward_managers": [...],
+    "patches": [...]}` (`cpu` is empty unless the CPU backend was selected with `VERL_PLATFORM=cpu`).
     """
     global _registered
     if _registered is not None:
@@ -72,11 +73,12 @@ def register() -> dict[str, list[str]]:
     }
     _registered = registered
     logger.info(
-        "registered in verl %s (pid %d): adv_estimator=%s reward_manager=%s patches=%s",
+        "registered in verl %s (pid %d): adv_estimator=%s reward_manager=%s patches=%s cpu_backend=%s",
         SUPPORTED_VERL,
         os.getpid(),
         ",".join(registered["adv_estimators"]),
         ",".join(registered["reward_managers"]),
         ",".join(registered["patches"]),
+        ",".join(registered["cpu"]) or "off",
     )
     return registered

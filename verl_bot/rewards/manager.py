@@ -19,8 +19,13 @@ Knobs, under `reward.reward_kwargs.bot` (add them with `+reward.reward_kwargs.bo
                           the last token (its stock layout): the global-reward-only
                           input of the GRPO/GSPO/DAPO baselines, same scorers
 
-`reward_extra_info` of every response: `score` (G), every part of G by name,
-`scorer_failed` and `scorer_error` (0/1) -> verl metrics `reward/<key>/mean`.
+DAPO's overlong shaping reads verl's own keys, as verl's `dapo` manager does:
+`+reward.reward_kwargs.overlong_buffer_cfg.{enable,len,penalty_factor}` and
+`+reward.reward_kwargs.max_resp_len`; the penalty is added to G (`overlong_penalty`).
+
+`reward_extra_info` of every response: `score` (G, shaping included), every part
+of G by name, `scorer_failed` and `scorer_error` (0/1), and `overlong` when the
+shaping is on -> verl metrics `reward/<key>/mean`.
 """
 
 from __future__ import annotations
@@ -62,6 +67,28 @@ def manager_settings(config: Any) -> dict[str, Any]:
     return settings
 
 
+def overlong_penalty(length: int, max_resp_len: int, buffer_len: int, penalty_factor: float = 1.0) -> float:
+    """DAPO's soft overlong punishment (arXiv 2503.14476): 0 up to `max_resp_len - buffer_len` tokens, then
+    linear down to `-penalty_factor` at `max_resp_len` (verl's `dapo` reward manager computes the same)."""
+    exceed = length - (max_resp_len - buffer_len)
+    return min(-exceed / buffer_len * penalty_factor, 0.0)
+
+
+def overlong_settings(config: Any) -> tuple[int, int, float] | None:
+    """(max_resp_len, buffer_len, penalty_factor) from verl's DAPO keys, or None when the shaping is off."""
+    reward_kwargs = (config.get("reward") or {}).get("reward_kwargs") or {}
+    buffer_cfg = reward_kwargs.get("overlong_buffer_cfg") or {}
+    if not buffer_cfg.get("enable", False):
+        return None
+    max_resp_len, buffer_len = reward_kwargs.get("max_resp_len"), int(buffer_cfg.get("len", 0))
+    if max_resp_len is None or not 0 < buffer_len <= int(max_resp_len):
+        raise ValueError(
+            f"overlong shaping needs reward.reward_kwargs.max_resp_len >= overlong_buffer_cfg.len > 0, "
+            f"got max_resp_len={max_resp_len}, len={buffer_len}"
+        )
+    return int(max_resp_len), buffer_len, float(buffer_cfg.get("penalty_factor", 1.0))
+
+
 def _prompt_text(item: Any, tokenizer: Any) -> str:
     """The task text the policy saw: the last user message of `raw_prompt`, else the decoded prompt ids."""
     raw_prompt = item.non_tensor_batch.get("raw_prompt")
@@ -79,6 +106,7 @@ class BoTRewardManager(RewardManagerBase):
     def __init__(self, config, tokenizer, compute_score=None, reward_router_address=None, reward_model_tokenizer=None):
         super().__init__(config, tokenizer, compute_score)
         self.settings = manager_settings(config)
+        self.overlong = overlong_settings(config)
         self.scorers = build_scorers(
             self.settings["scorers"], timeout_s=self.settings["timeout_s"], retries=self.settings["retries"]
         )
@@ -127,11 +155,14 @@ class BoTRewardManager(RewardManagerBase):
         verdict, failed = await self._verdict(data_source, request)
         score = verdict["global"]["score"]
         extra = {
-            "score": score,
             **verdict["global"]["parts"],
             "scorer_failed": float(failed),
             "scorer_error": float(verdict["error"] is not None),
         }
+        if self.overlong is not None:
+            extra["overlong"] = overlong_penalty(length, *self.overlong)
+            score += extra["overlong"]
+        extra["score"] = score
         if not self.settings["token_level"]:
             return {"reward_score": self.settings["w_global"] * score, "reward_extra_info": extra}
         token_rewards = compose_token_rewards(

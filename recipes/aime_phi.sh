@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# AIME on Phi-4-mini-reasoning: BoT-GRPO and the paper's baselines (arXiv 2610.09804, Fig. 6: Pass@k
+# over training; reward Eq. 8: 3*correct + 0.5*(1/|S|)*e_s per step + format bonus).
+#
+#   python recipes/data/aime.py --input aime_1983_2024.jsonl --out-dir ~/data/verl_bot/aime   # once
+#   START_SERVER=1 STEP_JUDGE_BASE_URL=http://127.0.0.1:8000/v1 ALGO=bot bash recipes/aime_phi.sh
+#   REWARD_URL=http://127.0.0.1:8802 ALGO=grpo bash recipes/aime_phi.sh    # GRPO needs no step judge
+#   DRY_RUN=1 ALGO=gspo bash recipes/aime_phi.sh         # print the composed verl config, exit
+#
+# ALGO=bot|grpo|gspo|dapo|pure; shared settings, checks and the overrides of each ALGO: recipes/common.sh.
+# Hardware: 1 node x 8 GPUs (80 GB); vLLM rollout. Table of recipes: recipes/README.md.
+set -xeuo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TASK=aime
+MODEL_TAG=phi
+ALGO=${ALGO:-bot}
+MODEL_PATH=${MODEL_PATH:-microsoft/Phi-4-mini-reasoning} # local directory or Hugging Face id
+DATA_DIR=${DATA_DIR:-${HOME}/data/verl_bot/aime}       # recipes/data/aime.py: AIME 1983-2024, 80/20 split (paper)
+TRAIN_FILES=${TRAIN_FILES:-${DATA_DIR}/train.parquet}
+VAL_FILES=${VAL_FILES:-${DATA_DIR}/test.parquet}
+NNODES=${NNODES:-1}
+NGPUS_PER_NODE=${NGPUS_PER_NODE:-8}
+REWARD_URL=${REWARD_URL:-}                             # math server(s), comma-separated; empty: START_SERVER=1 or :8802
+START_SERVER=${START_SERVER:-0}
+STEP_JUDGE_BASE_URL=${STEP_JUDGE_BASE_URL:-}           # OpenAI-compatible step judge incl. /v1 (needed by bot, pure)
+STEP_JUDGE_MODEL=${STEP_JUDGE_MODEL:-}                 # empty: the first model the endpoint lists
+JUDGE_API_KEY_ENV=${JUDGE_API_KEY_ENV:-OPENAI_API_KEY} # name of the variable holding the judge's API key
+LR=${LR:-5e-7}                                         # paper
+TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-8}                # paper: 8 prompts x 8 rollouts = 64
+ROLLOUT_N=${ROLLOUT_N:-8}                              # paper
+MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-1024}
+MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-8192}       # our choice: the reasoning model thinks before the steps
+TOTAL_STEPS=${TOTAL_STEPS:-200}                        # our choice (~2 epochs of the 80% train split)
+W_LOCAL=${W_LOCAL:-1.0}                                # w_s; the server already weighs steps by 0.5/|S| (Eq. 8)
+VAL_N=${VAL_N:-4}                                      # samples per held-out problem: Pass@1/2/4 (paper's k)
+MODEL_OVERRIDES=()
+
+# shellcheck source=recipes/common.sh
+source "${ROOT}/recipes/common.sh"
+vb_main "$@"
