@@ -1,0 +1,221 @@
+"""CPU backend, fast tests: inert unless selected, what it registers when selected, the rollout server itself.
+
+Registration tests run in subprocesses: registering in this process would
+change verl's globals for every other test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+PROBE_STATE = r"""
+import json, os
+import verl
+from verl.plugin.platform import PlatformRegistry
+from verl.utils.device import get_device_name, get_resource_name, get_nccl_backend
+import verl.utils.distributed as vdist
+from verl.workers.rollout import base as rollout_base
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+state = {
+    "platforms": sorted(PlatformRegistry.registered_names()),
+    "device": get_device_name(),
+    "resource": get_resource_name(),
+    "backend": get_nccl_backend(),
+    "pg_defaults": list(vdist.initialize_global_process_group_ray.__defaults__),
+    "rollouts": sorted(k[0] for k in rollout_base._ROLLOUT_REGISTRY),
+    "replicas": sorted(RolloutReplicaRegistry._registry),
+    "engine_device": os.environ.get("VERL_ENGINE_DEVICE"),
+}
+try:
+    import verl_bot.plugin as plugin
+    state["plugin_cpu"] = (plugin._registered or {}).get("cpu")
+except Exception as e:
+    state["plugin_cpu"] = repr(e)
+print("STATE=" + json.dumps(state))
+"""
+
+
+def _state(**env_changes: str | None) -> dict:
+    env = dict(os.environ)
+    for key in ("VERL_PLATFORM", "VERL_ENGINE_DEVICE"):
+        env.pop(key, None)
+    for key, value in env_changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE_STATE], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("STATE=")][-1]
+    return json.loads(line[len("STATE=") :])
+
+
+def test_inert_when_not_selected():
+    """Without VERL_PLATFORM=cpu, importing verl (which loads verl-bot) leaves verl's platform and registries as
+    they are without the plugin."""
+    with_plugin = _state()
+    without_plugin = _state(VERL_USE_EXTERNAL_PLUGINS="none")
+    assert with_plugin["plugin_cpu"] == [], with_plugin
+    without_plugin.pop("plugin_cpu")
+    with_plugin.pop("plugin_cpu")
+    assert with_plugin == without_plugin
+    assert "cpu" not in with_plugin["platforms"]
+    assert "hf" not in with_plugin["rollouts"] and "hf" not in with_plugin["replicas"]
+    assert with_plugin["pg_defaults"] == [None, None]
+    assert with_plugin["engine_device"] is None
+
+
+def test_selected_registers_cpu_platform_and_hf_rollout():
+    state = _state(VERL_PLATFORM="cpu")
+    assert state["device"] == "cpu"
+    assert state["resource"] == "GPU"  # trainer ranks are logical Ray GPUs
+    assert state["backend"] == "gloo"
+    assert "cpu" in state["platforms"]
+    assert "hf" in state["rollouts"] and "hf" in state["replicas"]
+    assert state["pg_defaults"] == [None, "cpu:gloo"]
+    assert state["engine_device"] == "cuda"
+    assert "platform:cpu" in state["plugin_cpu"] and "rollout_replica:hf" in state["plugin_cpu"], state
+
+
+def test_register_is_idempotent_and_version_checked():
+    code = r"""
+import verl
+from verl_bot.cpu import register_cpu_backend
+first = register_cpu_backend(); second = register_cpu_backend()
+assert first and first == second, (first, second)
+import verl_bot.cpu as cpu
+cpu._done = None
+verl.__version__ = "0.0.0"
+try:
+    register_cpu_backend()
+except RuntimeError as e:
+    assert "0.9.1" in str(e) and "0.0.0" in str(e)
+    print("OK")
+"""
+    env = {**os.environ, "VERL_PLATFORM": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_overrides_one_source_for_python_and_bash():
+    from verl_bot.cpu import OVERRIDES_FILE, overrides
+
+    py = overrides()
+    assert "actor_rollout_ref.rollout.name=hf" in py
+    assert "transfer_queue.backend.SimpleStorage.num_data_storage_units=1" in py
+    assert all(not o.startswith("#") and o == o.strip() and o for o in py)
+    repo = OVERRIDES_FILE.parents[2]
+    script = 'source recipes/cpu_overrides.sh; printf "%s\\n" "${CPU_OVERRIDES[@]}"; echo "PLATFORM=$VERL_PLATFORM"'
+    out = subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[:-1] == py
+    assert lines[-1] == "PLATFORM=cpu"
+
+
+def test_overrides_compose_with_verl_config():
+    """Every override names a key verl's trainer config has (Hydra would reject a typo at run time)."""
+    from tests.conftest import compose_verl_config
+    from verl_bot.cpu import overrides
+
+    cfg = compose_verl_config(overrides() + ["trainer.n_gpus_per_node=2"])
+    assert cfg.trainer.device == "cpu"
+    assert cfg.actor_rollout_ref.rollout.name == "hf"
+    assert cfg.ray_kwargs.ray_init.num_gpus == 2  # follows trainer.n_gpus_per_node
+
+
+# ------------------------------------------------------------------ the rollout server, in this process
+@pytest.fixture(scope="module")
+def server(tiny_model_dir):
+    from omegaconf import OmegaConf
+    from verl.workers.config import RolloutConfig
+
+    from verl_bot.cpu.hf_rollout import HFRolloutServer
+
+    cfg = RolloutConfig(name="hf", prompt_length=64, response_length=12, calculate_log_probs=True)
+    model_cfg = OmegaConf.create({"path": str(tiny_model_dir), "override_config": {"attn_implementation": "sdpa"}})
+    return HFRolloutServer(cfg, model_cfg)
+
+
+def _prompt_ids(server, text: str) -> list[int]:
+    ids = server.model_config.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+    )
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def test_server_generate_batches_and_logprobs_match_forward(server):
+    """Concurrent requests of different prompt lengths are batched (left padding); each response's log-probs
+    equal a plain forward pass over prompt+response, at temperature 1 and 0.7."""
+    prompts = [_prompt_ids(server, t) for t in ["hi", "write a much longer text please, thank you", "ok"]]
+    assert len({len(p) for p in prompts}) > 1
+
+    async def run(temperature):
+        params = {"temperature": temperature, "top_p": 1.0, "top_k": -1, "logprobs": True}
+        return await asyncio.gather(*[server.generate(p, dict(params), f"r{i}") for i, p in enumerate(prompts)])
+
+    for temperature in (1.0, 0.7):
+        before = server.num_requests
+        outs = asyncio.run(run(temperature))
+        assert server.num_requests - before == len(prompts)
+        for p, o in zip(prompts, outs, strict=True):
+            assert 1 <= len(o.token_ids) <= 12 and len(o.log_probs) == len(o.token_ids)
+            ids = torch.tensor([p + o.token_ids])
+            with torch.no_grad():
+                logits = server.model(ids).logits[0, len(p) - 1 : -1].float() / temperature  # [T, V]
+            ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(o.token_ids)[:, None])[:, 0]  # [T]
+            assert torch.allclose(ref, torch.tensor(o.log_probs), atol=1e-4), (ref, o.log_probs)
+            eos = set(server.eos_token_ids)
+            assert not eos.intersection(o.token_ids[:-1])  # stops at the first EOS
+
+
+def test_server_weight_update_changes_version_checksum_and_outputs(server, tmp_path, monkeypatch):
+    log = tmp_path / "rollout.jsonl"
+    monkeypatch.setenv("VERL_BOT_HF_ROLLOUT_LOG", str(log))
+    status0 = server.get_status()
+    sd = {k: v.detach().clone() for k, v in server.model.state_dict().items()}
+    # same weights: checksum unchanged, version bumps
+    server.update_weights_chunk(list(sd.items()))
+    s1 = server.finish_weight_update(global_steps=3)
+    assert s1["weight_version"] == status0["weight_version"] + 1 and s1["checksum"] == status0["checksum"]
+    # new weights: the model serves them
+    new = {k: v + 0.01 for k, v in sd.items()}
+    names = list(new)
+    server.update_weights_chunk([(n, new[n]) for n in names[:5]])
+    server.update_weights_chunk([(n, new[n]) for n in names[5:]])
+    s2 = server.finish_weight_update(global_steps=4)
+    assert s2["checksum"] != s1["checksum"] and s2["global_steps"] == 4
+    for k, v in server.model.state_dict().items():
+        assert torch.equal(v, new[k]), k
+    events = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert [e["global_steps"] for e in events] == [3, 4]
+    with pytest.raises(KeyError, match="does not have"):
+        server.update_weights_chunk([("no.such.weight", torch.zeros(1))])
+    server._pending.clear()
+
+
+def test_missing_chat_template_is_refused(tiny_model_dir, tmp_path):
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from verl_bot.cpu.hf_rollout import ChatTemplateMissing, check_chat_template
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "chat_template.jinja").unlink(missing_ok=True)
+    cfg = json.loads((model / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ChatTemplateMissing, match="custom_chat_template"):
+        check_chat_template(OmegaConf.create({"path": str(model)}))
+    check_chat_template(OmegaConf.create({"path": str(model), "custom_chat_template": "{{ messages }}"}))
+    check_chat_template(OmegaConf.create({"path": str(tiny_model_dir)}))

@@ -1,0 +1,172 @@
+"""CPU backend for verl 0.9.1: a `cpu` platform and an `hf` (transformers) rollout.
+
+With these, verl's real trainer (`python -m verl.trainer.main_ppo`, default v1
+trainer) runs on a machine without a GPU. Nothing here is active unless the
+CPU platform is selected explicitly:
+
+    VERL_PLATFORM=cpu python -m verl.trainer.main_ppo $(cpu overrides) ...
+
+`VERL_PLATFORM` is the variable verl's own platform manager reads
+(`verl.plugin.platform.platform_manager._detect_platform_name`). Without it
+`register_cpu_backend()` returns `[]` and touches nothing, so on a GPU
+machine (or any run that does not ask for the CPU) verl behaves exactly as
+if verl-bot's CPU backend were not installed
+(tests/test_cpu_backend.py::test_inert_when_not_selected).
+The variable is inherited by every Ray worker of a local cluster, and verl
+imports the plugin in every process, so each process registers the same.
+
+The Hydra overrides a CPU run needs (logical Ray CPUs/GPUs, TransferQueue
+storage units, sdpa, fsdp2, fp32, ...) live, explained, in ONE file:
+`verl_bot/cpu/overrides.txt`; `overrides()` reads it for Python,
+`recipes/cpu_overrides.sh` reads it for bash.
+
+What `register_cpu_backend()` does when selected, and why
+------------------------------------------------------------
+Registrations through verl's public extension points:
+
+1. platform `cpu` in `verl.plugin.platform.PlatformRegistry`
+   (`verl_bot/cpu/platform.py`): verl knows only nvidia/huawei/amd and falls
+   back to nvidia, so `trainer.device=cpu` would silently become `cuda`.
+2. rollout replica `hf` in `verl.workers.rollout.replica.RolloutReplicaRegistry`
+   (`verl_bot/cpu/hf_rollout.py`): the rollout server (a Ray actor running
+   `transformers.generate`), selected with `actor_rollout_ref.rollout.name=hf`.
+
+Patches of verl internals (each narrow, applied only when selected, and only
+on verl == 0.9.1; any other version raises `RuntimeError`):
+
+P1. `verl.workers.rollout.base._ROLLOUT_REGISTRY[("hf", "async")]` is set to
+    `verl_bot.cpu.hf_rollout.HFServerAdapter`. verl builds the rollout object
+    inside its actor worker from this private dict (`get_rollout_class`),
+    which has no registration function; one new key, no existing key changed.
+P2. `verl.utils.distributed.initialize_global_process_group_ray.__defaults__`:
+    the default `backend` becomes `"cpu:gloo"` instead of `None`. verl builds
+    the backend as `f"cpu:gloo,{device}:{backend}"`, which for device `cpu`
+    is `"cpu:gloo,cpu:gloo"` and torch rejects ("Duplicate device type cpu").
+    Changing the default on the function object reaches every module that
+    imported the function by name; an explicit `backend=` still wins.
+P3. environment `VERL_ENGINE_DEVICE=cuda` (set only if unset): verl 0.9.1
+    registers its FSDP training engine for devices cuda/npu only; this is
+    verl's own documented override of the device used to pick the engine
+    class (`verl.workers.engine.base.EngineRegistry.get_engine_cls`). The
+    engine then runs on whatever the platform says, i.e. the CPU.
+P4. environment `CUDA_VISIBLE_DEVICES`, if set to the empty string, is removed:
+    with it empty, Ray sees no GPUs even when told `num_gpus=N` logical GPUs,
+    and verl's resource pools (made of GPU bundles) are never scheduled.
+
+Everything else a CPU run needs is a Hydra override in `overrides.txt`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger("verl_bot")
+
+SUPPORTED_VERL = "0.9.1"
+SELECT_ENV = "VERL_PLATFORM"
+PLATFORM_NAME = "cpu"
+OVERRIDES_FILE = Path(__file__).with_name("overrides.txt")
+
+ROLLOUT_NAME = "hf"
+
+_done: list[str] | None = None
+
+
+def _load_hf_replica():
+    """Loader for verl's `RolloutReplicaRegistry` (imports the rollout module only when it is used)."""
+    from verl_bot.cpu.hf_rollout import HFReplica
+
+    return HFReplica
+
+
+def is_selected() -> bool:
+    """True when the CPU platform was asked for (`VERL_PLATFORM=cpu`)."""
+    return os.environ.get(SELECT_ENV, "").strip().lower() == PLATFORM_NAME
+
+
+def overrides(path: str | Path | None = None) -> list[str]:
+    """The Hydra overrides of a CPU run, from `overrides.txt` (comments and blank lines dropped)."""
+    text = Path(path or OVERRIDES_FILE).read_text()
+    out = []
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if line:
+            out.append(line)
+    return out
+
+
+def _check_version() -> None:
+    import verl
+
+    if verl.__version__ != SUPPORTED_VERL:
+        raise RuntimeError(
+            f"verl-bot's CPU backend patches verl internals written for verl=={SUPPORTED_VERL}; "
+            f"found verl=={verl.__version__}. Unset {SELECT_ENV}={PLATFORM_NAME} or install verl=={SUPPORTED_VERL}."
+        )
+
+
+def register_cpu_backend() -> list[str]:
+    """Register the CPU platform and the `hf` rollout in verl, if selected. Idempotent.
+
+    Returns the names of what was registered or patched (`[]` when `VERL_PLATFORM` is not `cpu`).
+    """
+    global _done
+    if not is_selected():
+        return []
+    if _done is not None:
+        return _done
+    _check_version()
+
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            logger.warning("%s=%s on a machine with a GPU: training will run on the CPU", SELECT_ENV, PLATFORM_NAME)
+    except Exception:  # pragma: no cover - torch is always there with verl
+        pass
+
+    done: list[str] = []
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
+        del os.environ["CUDA_VISIBLE_DEVICES"]
+        done.append("env:CUDA_VISIBLE_DEVICES(unset-empty)")
+    if "VERL_ENGINE_DEVICE" not in os.environ:
+        os.environ["VERL_ENGINE_DEVICE"] = "cuda"
+        done.append("env:VERL_ENGINE_DEVICE=cuda")
+
+    from verl.plugin.platform import PlatformRegistry
+
+    from verl_bot.cpu.platform import PlatformCPU
+
+    if PlatformRegistry.get(PLATFORM_NAME) is not PlatformCPU:
+        PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
+    done.append("platform:cpu")
+
+    import verl.utils.distributed as vdist
+
+    fn = vdist.initialize_global_process_group_ray
+    if fn.__defaults__ != (None, "cpu:gloo"):
+        if fn.__defaults__ != (None, None):
+            raise RuntimeError(f"unexpected defaults of initialize_global_process_group_ray: {fn.__defaults__}")
+        fn.__defaults__ = (None, "cpu:gloo")
+    done.append("patch:initialize_global_process_group_ray.backend=cpu:gloo")
+
+    # verl_bot.cpu.hf_rollout is imported lazily (by verl, when rollout.name=hf is used), never here: a Ray
+    # worker whose first import is that module (to unpickle the server class) imports verl, which loads this
+    # plugin; importing the half-initialised module from here would fail.
+    from verl.workers.rollout import base as rollout_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
+    done.append("rollout_replica:hf")
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "verl_bot.cpu.hf_rollout.HFServerAdapter"
+    done.append("patch:_ROLLOUT_REGISTRY[hf,async]")
+
+    _done = done
+    logger.info("verl-bot CPU backend registered (pid %d): %s", os.getpid(), ", ".join(done))
+    return done
+
+
+__all__ = ["register_cpu_backend", "is_selected", "overrides", "OVERRIDES_FILE"]

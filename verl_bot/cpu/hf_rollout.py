@@ -1,0 +1,497 @@
+"""`hf` rollout for verl 0.9.1: token-in/token-out `transformers.generate` in a Ray actor.
+
+verl 0.9.1 registers only vllm/sglang/trtllm rollouts (none installs beside
+verl on a CPU-only machine) and its old `HFRollout` class is orphaned. This
+module plugs the same three pieces those backends have into verl's
+registries (selected with `actor_rollout_ref.rollout.name=hf`):
+
+- `HFRolloutServer`: the rollout server, one Ray actor per replica. Its
+  `generate(prompt_ids, sampling_params, request_id)` returns verl's
+  `TokenOutput` (response token ids and, when asked, their log-probs under
+  the temperature-scaled distribution, `log_softmax(logits / T)`, which is
+  what verl's actor computes; top-k/top-p truncation is not renormalised
+  in). Concurrent requests with the same sampling settings are batched
+  into one `model.generate` call (left padding). `VERL_BOT_HF_ROLLOUT_THREADS`
+  sets the server's torch threads (default: torch's own choice).
+- `HFReplica`: verl's `RolloutReplica` for it (hybrid mode: one server per
+  replica of trainer ranks); registered in `RolloutReplicaRegistry`.
+- `HFServerAdapter`: the `BaseRollout` that lives inside verl's actor worker;
+  on every `update_weights` it streams the trainer's full tensors to its
+  replica's server in buckets. The server counts the updates and records
+  each one (version, global step, checksum) in its status and, when
+  `VERL_BOT_HF_ROLLOUT_LOG` names a file, as one JSON line there.
+
+Faults: a server that dies surfaces as Ray's `ActorDiedError` naming the
+actor (`hf_server_<replica>_0`) in the trainer's error; a tokenizer without a
+chat template is refused before the first rollout with a message that says
+how to fix it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import torch
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.config import HFModelConfig, RolloutConfig
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
+
+logger = logging.getLogger("verl_bot.cpu")
+
+SERVER_PREFIX = "hf_server_"
+LOG_ENV = "VERL_BOT_HF_ROLLOUT_LOG"
+THREADS_ENV = "VERL_BOT_HF_ROLLOUT_THREADS"
+_CONTROL_CONCURRENCY = 16
+
+
+class ChatTemplateMissing(ValueError):
+    """The model's tokenizer has no chat template (verl's agent loop needs one to format prompts)."""
+
+
+def check_chat_template(model_config: Any) -> None:
+    """Raise `ChatTemplateMissing` unless the tokenizer (or `custom_chat_template`) gives a chat template."""
+    if model_config.get("custom_chat_template", None):
+        return
+    path = model_config.get("tokenizer_path", None) or model_config.get("path")
+    tokenizer = getattr(model_config, "tokenizer", None)  # HFModelConfig has it loaded; a DictConfig has not
+    if tokenizer is None or isinstance(tokenizer, str):
+        from verl.utils.fs import copy_to_local
+        from verl.utils.tokenizer import hf_tokenizer
+
+        trust = bool(model_config.get("trust_remote_code", False))
+        tokenizer = hf_tokenizer(copy_to_local(path), trust_remote_code=trust)
+    if getattr(tokenizer, "chat_template", None):
+        return
+    raise ChatTemplateMissing(
+        f"verl-bot hf rollout: the tokenizer at {path!r} has no chat template, and verl's agent loop formats "
+        "every prompt with tokenizer.apply_chat_template. Save one with the tokenizer (for a ChatML template see "
+        "verl_bot.cpu.tiny_model.CHATML_TEMPLATE) or pass actor_rollout_ref.model.custom_chat_template=..."
+    )
+
+
+def _state_checksum(model: torch.nn.Module) -> str:
+    """A short sha256 of all parameters (float32 bytes, in name order): equal weights, equal checksum."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().to(torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    max_tokens: int
+    key: tuple
+    future: asyncio.Future = field(repr=False)
+
+
+class HFRolloutServer:
+    """Rollout server (a Ray actor): holds a `transformers` model and serves token-in/token-out generation."""
+
+    def __init__(
+        self,
+        config: RolloutConfig,
+        model_config: Any,
+        replica_rank: int = 0,
+        node_rank: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+
+        threads = int(os.getenv(THREADS_ENV, "0"))
+        if threads > 0:
+            torch.set_num_threads(threads)
+        self.config: RolloutConfig = omega_conf_to_dataclass(config)
+        self.model_config: HFModelConfig = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.replica_rank = replica_rank
+        self.node_rank = node_rank
+        override = dict(self.model_config.override_config or {})
+        attn = override.get("attn_implementation", "sdpa")
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.model_config.local_path,
+            dtype=torch.float32,
+            attn_implementation=attn,
+            trust_remote_code=self.model_config.trust_remote_code,
+        )
+        self.model.eval()
+        self.model.requires_grad_(False)
+        # state_dict(keep_vars=True) names tied weights twice (lm_head.weight and embed_tokens.weight), as the
+        # trainer sends them; both names point at the same tensor.
+        self._params = dict(self.model.state_dict(keep_vars=True))
+        tokenizer = self.model_config.tokenizer
+        eos = set()
+        gen_cfg = getattr(self.model, "generation_config", None)
+        for src in (getattr(gen_cfg, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+            if isinstance(src, int):
+                eos.add(src)
+            elif src:
+                eos.update(int(x) for x in src)
+        self.eos_token_ids = sorted(eos)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = pad if pad is not None else (self.eos_token_ids[0] if self.eos_token_ids else 0)
+        self.max_model_len = self.config.max_model_len or (self.config.prompt_length + self.config.response_length)
+        self.max_batch = max(1, int(self.config.max_num_seqs or 64))
+
+        self.weight_version = 0
+        self.global_steps: int | None = None
+        self.checksum = _state_checksum(self.model)
+        self.num_requests = 0
+        self._pending: dict[str, torch.Tensor] = {}
+        self._queue: asyncio.Queue | None = None
+        self._batcher: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._log({"event": "start", "checksum": self.checksum})
+
+    # ------------------------------------------------------------------ status
+    def _log(self, record: dict) -> None:
+        record = {
+            "time": time.time(),
+            "pid": os.getpid(),
+            "replica_rank": self.replica_rank,
+            "weight_version": self.weight_version,
+            "global_steps": self.global_steps,
+            **record,
+        }
+        logger.info("hf rollout server: %s", record)
+        path = os.getenv(LOG_ENV)
+        if path:
+            with open(path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def get_status(self) -> dict:
+        """Weight version, global step, checksum, pid and request count (for tests and logs)."""
+        return {
+            "weight_version": self.weight_version,
+            "global_steps": self.global_steps,
+            "checksum": self.checksum,
+            "pid": os.getpid(),
+            "num_requests": self.num_requests,
+        }
+
+    # ------------------------------------------------------------- weights
+    def update_weights_chunk(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
+        """Stage one bucket of `(name, tensor)` pairs; returns how many are staged in all.
+
+        Each tensor is the full (unsharded) weight, shaped like the model's state_dict entry of that name
+        (e.g. [vocab, hidden] for embed_tokens.weight); nothing is applied until `finish_weight_update`.
+        """
+        for name, tensor in named_tensors:
+            if name not in self._params:
+                raise KeyError(f"hf rollout server: trainer sent weight {name!r} that the rollout model does not have")
+            self._pending[name] = tensor
+        return len(self._pending)
+
+    @torch.no_grad()
+    def finish_weight_update(self, global_steps: int | None = None) -> dict:
+        """Copy the staged tensors into the model, bump the weight version and log it."""
+        n = len(self._pending)
+        for name, tensor in self._pending.items():
+            target = self._params[name]
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise ValueError(
+                    f"hf rollout server: shape of {name}: model {tuple(target.shape)}, sent {tuple(tensor.shape)}"
+                )
+            target.data.copy_(tensor.to(target.dtype))
+        self._pending.clear()
+        self.weight_version += 1
+        if global_steps is not None:
+            self.global_steps = global_steps
+        self.checksum = _state_checksum(self.model)
+        self._log({"event": "update_weights", "num_tensors": n, "checksum": self.checksum})
+        return self.get_status()
+
+    def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    # ----------------------------------------------------------- generation
+    def _max_tokens(self, prompt_len: int, sampling_params: dict) -> int:
+        room = self.max_model_len - prompt_len
+        if room < 1:
+            raise ValueError(
+                f"Prompt length ({prompt_len}) leaves no room to generate within max_model_len {self.max_model_len}"
+            )
+        if "max_tokens" in sampling_params:
+            want = sampling_params.pop("max_tokens")
+        elif "max_new_tokens" in sampling_params:
+            want = sampling_params.pop("max_new_tokens")
+        else:
+            want = min(
+                self.config.response_length, self.config.prompt_length + self.config.response_length - prompt_len
+            )
+        return max(1, min(int(want), room))
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: Any = None,
+        video_data: Any = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
+        """Generate one response for `prompt_ids` (a list of token ids); batched with concurrent requests."""
+        if image_data is not None or video_data is not None:
+            raise NotImplementedError("hf rollout: multi-modal inputs are not supported")
+        params = dict(sampling_params)
+        prompt_ids = [int(t) for t in prompt_ids]
+        max_tokens = self._max_tokens(len(prompt_ids), params)
+        temperature = float(params.get("temperature", 1.0) or 0.0)
+        key = (
+            temperature,
+            float(params.get("top_p", 1.0) if params.get("top_p") is not None else 1.0),
+            int(params.get("top_k", -1) if params.get("top_k") is not None else -1),
+            float(params.get("repetition_penalty", 1.0) or 1.0),
+            bool(params.get("logprobs", False)),
+            bool(params.get("ignore_eos", self.config.ignore_eos)),
+        )
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._loop is not loop:  # one batcher per event loop (Ray's actor loop: one)
+            self._loop = loop
+            self._queue = asyncio.Queue()
+            self._batcher = loop.create_task(self._batch_loop(self._queue))
+        fut = loop.create_future()
+        await self._queue.put(_Request(prompt_ids, max_tokens, key, fut))
+        return await fut
+
+    async def _batch_loop(self, queue: asyncio.Queue) -> None:
+        while True:
+            batch = [await queue.get()]
+            await asyncio.sleep(0.01)  # let the other requests of this step arrive
+            while not queue.empty() and len(batch) < self.max_batch:
+                batch.append(queue.get_nowait())
+            groups: dict[tuple, list[_Request]] = {}
+            for req in batch:
+                groups.setdefault(req.key, []).append(req)
+            for key, reqs in groups.items():
+                try:
+                    outputs = await asyncio.to_thread(self._generate_batch, reqs, key)
+                except Exception as e:  # hand the error to every waiting request, keep serving
+                    for r in reqs:
+                        if not r.future.done():
+                            r.future.set_exception(e)
+                    continue
+                for r, out in zip(reqs, outputs, strict=True):
+                    if not r.future.done():
+                        r.future.set_result(out)
+
+    @torch.no_grad()
+    def _generate_batch(self, reqs: list[_Request], key: tuple) -> list[TokenOutput]:
+        """Run one `model.generate` over left-padded prompts.
+
+        Builds input_ids / attention_mask [B, L] (L = longest prompt), samples
+        up to max(max_tokens) new tokens [B, T]; per row keeps tokens up to and
+        including the first EOS and at most its own max_tokens, and the
+        log-probs [B, T] of the chosen tokens under log_softmax(logits / temperature).
+        """
+        from transformers import GenerationConfig
+
+        temperature, top_p, top_k, rep, want_logprobs, ignore_eos = key
+        bsz = len(reqs)
+        length = max(len(r.prompt_ids) for r in reqs)
+        input_ids = torch.full((bsz, length), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((bsz, length), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            n = len(r.prompt_ids)
+            input_ids[i, length - n :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            attention_mask[i, length - n :] = 1
+        max_new = max(r.max_tokens for r in reqs)
+        do_sample = temperature > 0
+        gen = GenerationConfig(
+            max_new_tokens=max_new,
+            do_sample=do_sample,
+            temperature=temperature if do_sample else 1.0,
+            top_p=top_p if do_sample else 1.0,
+            top_k=(top_k if top_k > 0 else 0) if do_sample else 0,
+            repetition_penalty=rep,
+            eos_token_id=None if ignore_eos else (self.eos_token_ids or None),
+            pad_token_id=self.pad_token_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen)
+        sequences = out.sequences[:, length:]  # [B, T]
+        logprobs = None
+        if want_logprobs:
+            logits = torch.stack(out.logits, dim=1).float()  # [B, T, V]
+            if do_sample:
+                logits = logits / temperature
+            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, sequences.unsqueeze(-1)).squeeze(-1)  # [B, T]
+        eos = set() if ignore_eos else set(self.eos_token_ids)
+        results = []
+        for i, r in enumerate(reqs):
+            ids = sequences[i].tolist()[: r.max_tokens]
+            end = len(ids)
+            for j, t in enumerate(ids):
+                if t in eos:
+                    end = j + 1
+                    break
+            ids = ids[:end]
+            lp = logprobs[i, :end].tolist() if logprobs is not None else None
+            results.append(
+                TokenOutput(
+                    token_ids=ids,
+                    log_probs=lp,
+                    stop_reason="completed",
+                    extra_fields={"global_steps": self.global_steps, "weight_version": self.weight_version},
+                )
+            )
+        self.num_requests += bsz
+        return results
+
+    # ----------------------------------------- control calls verl makes (no-ops on CPU)
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        return None
+
+    async def sleep(self) -> None:
+        return None
+
+    async def clear_kv_cache(self) -> None:
+        return None
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def wait_for_requests_to_drain(self) -> None:
+        return None
+
+    async def abort_all_requests(self, reject_request: bool = False) -> dict:
+        return {"aborted_count": 0, "request_ids": []}
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def start_profile(self, **kwargs: Any) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None
+
+
+class HFReplica(RolloutReplica):
+    """verl rollout replica whose server is an `HFRolloutServer` Ray actor (hybrid mode only)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server_class = ray.remote(HFRolloutServer)
+
+    def _server_name(self, node_rank: int = 0) -> str:
+        if self.is_reward_model:
+            return f"{SERVER_PREFIX}reward_{self.replica_rank}_{node_rank}{self.name_suffix}"
+        if self.is_teacher_model:
+            return f"{SERVER_PREFIX}teacher_{self.replica_rank}_{node_rank}{self.name_suffix}"
+        return f"{SERVER_PREFIX}{self.replica_rank}_{node_rank}{self.name_suffix}"
+
+    async def launch_servers(self) -> None:
+        """Start one server actor for this replica and wait until its model is loaded."""
+        if self.rollout_mode != RolloutMode.HYBRID:
+            raise NotImplementedError(
+                f"verl-bot hf rollout supports the hybrid (colocated trainer) mode only, got {self.rollout_mode}"
+            )
+        if self.nnodes != 1:
+            raise NotImplementedError("verl-bot hf rollout: one replica must fit on one node")
+        check_chat_template(self.model_config)
+        server = self.server_class.options(
+            name=self._server_name(0),
+            num_cpus=0,
+            max_concurrency=self.max_concurrency,
+        ).remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank, node_rank=0)
+        await server.get_status.remote()  # raises here if the model cannot be loaded
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"hf-replica-{self.replica_rank}"
+
+
+class HFServerAdapter(BaseRollout):
+    """The rollout object inside verl's actor worker: pushes the trainer's weights to the replica's server."""
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **kwargs: Any):
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ.get("RANK", "0"))
+        world = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
+        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
+        self.rollout_rank = rank % world
+        self._has_server = self.rollout_rank == 0
+        if self._has_server:
+            check_chat_template(model_config)  # fail at worker start, before any rollout server is launched
+        self.server_handle = None
+        self.bucket_bytes = int(self.config.checkpoint_engine.update_weights_bucket_megabytes) << 20
+
+    def _server(self):
+        if self.server_handle is None:
+            self.server_handle = ray.get_actor(f"{SERVER_PREFIX}{self.replica_rank}_0")
+        return self.server_handle
+
+    async def resume(self, tags: list[str]) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
+
+    @torch.no_grad()
+    async def update_weights(
+        self,
+        weights: Iterable[tuple[str, torch.Tensor]] | AsyncIterator[tuple[str, torch.Tensor]],
+        global_steps: int | None = None,
+        wire_format: str = "named_tensors",
+        peft_config: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """Send `(name, full tensor)` pairs (any shape) to the server in buckets, then commit them.
+
+        Every rank consumes the generator (FSDP gathers full tensors collectively); only
+        the first rank of each replica sends.
+        """
+        if wire_format != "named_tensors":
+            raise NotImplementedError(f"hf rollout: wire_format {wire_format!r} is not supported")
+        if peft_config is not None:
+            raise NotImplementedError("hf rollout: LoRA adapters are not supported; set model.lora.merge=True")
+        server = self._server() if self._has_server else None
+        bucket: list[tuple[str, torch.Tensor]] = []
+        size = 0
+
+        async def flush() -> None:
+            nonlocal bucket, size
+            if server is not None and bucket:
+                await server.update_weights_chunk.remote(bucket)
+            bucket, size = [], 0
+
+        if hasattr(weights, "__aiter__"):
+            async for name, tensor in weights:  # type: ignore[union-attr]
+                if server is not None:
+                    t = tensor.detach().to("cpu").clone()
+                    bucket.append((name, t))
+                    size += t.numel() * t.element_size()
+                if size >= self.bucket_bytes:
+                    await flush()
+        else:
+            for name, tensor in weights:  # type: ignore[union-attr]
+                if server is not None:
+                    t = tensor.detach().to("cpu").clone()
+                    bucket.append((name, t))
+                    size += t.numel() * t.element_size()
+                if size >= self.bucket_bytes:
+                    await flush()
+        await flush()
+        if server is not None:
+            await server.finish_weight_update.remote(global_steps)
+
+    def generate_sequences(self, prompts: Any) -> Any:
+        raise NotImplementedError("hf rollout serves the async agent loop only (no sync generate_sequences)")
