@@ -473,25 +473,26 @@ class HFServerAdapter(BaseRollout):
                 await server.update_weights_chunk.remote(bucket)
             bucket, size = [], 0
 
-        if hasattr(weights, "__aiter__"):
-            async for name, tensor in weights:  # type: ignore[union-attr]
-                if server is not None:
-                    t = tensor.detach().to("cpu").clone()
-                    bucket.append((name, t))
-                    size += t.numel() * t.element_size()
-                if size >= self.bucket_bytes:
-                    await flush()
-        else:
-            for name, tensor in weights:  # type: ignore[union-attr]
-                if server is not None:
-                    t = tensor.detach().to("cpu").clone()
-                    bucket.append((name, t))
-                    size += t.numel() * t.element_size()
-                if size >= self.bucket_bytes:
-                    await flush()
+        async for name, tensor in _as_async_iter(weights):
+            if server is not None:
+                t = tensor.detach().to("cpu").clone()
+                bucket.append((name, t))
+                size += t.numel() * t.element_size()
+            if size >= self.bucket_bytes:
+                await flush()
         await flush()
         if server is not None:
             await server.finish_weight_update.remote(global_steps)
 
     def generate_sequences(self, prompts: Any) -> Any:
         raise NotImplementedError("hf rollout serves the async agent loop only (no sync generate_sequences)")
+
+
+async def _as_async_iter(items):
+    """Iterate a sync or an async iterable alike (verl passes either as the weights generator)."""
+    if hasattr(items, "__aiter__"):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
