@@ -55,6 +55,8 @@ DAPO_CLIP_HIGH=${DAPO_CLIP_HIGH:-0.28}   # DAPO paper
 OVERLONG_BUFFER_LEN=${OVERLONG_BUFFER_LEN:-$((MAX_RESPONSE_LENGTH / 4))}
 OVERLONG_PENALTY_FACTOR=${OVERLONG_PENALTY_FACTOR:-1.0}
 DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-score}   # reward_extra_info key: the global score G of the bot manager
+PURE_TEMPERATURE=${PURE_TEMPERATURE:-0.1}          # PURE paper: softmax temperature of the min-form transform
+PURE_OUTCOME_COEF=${PURE_OUTCOME_COEF:-1.0}        # weight of the verifiable reward at EOS (our choice: 1)
 
 case "${TASK}" in
     react)
@@ -67,6 +69,9 @@ case "${TASK}" in
         VLM_JUDGE_MODEL=${VLM_JUDGE_MODEL:-}
         JUDGE_VARS=(LLM_JUDGE_BASE_URL VLM_JUDGE_BASE_URL)
         JUDGE_WHAT="LLM code judge"
+        # PURE's step value = clip(scale * mean S_t of the step, -1, 1); React's line penalties are already
+        # on that scale (-0.5 ESLint error, -1 compiler line): 1 (our choice).
+        PURE_STEP_SCALE=${PURE_STEP_SCALE:-1.0}
         DATA_HINT="Make them: ${PY} ${ROOT}/recipes/data/react.py --out-dir DIR (then TRAIN_FILES/VAL_FILES or DATA_DIR=DIR)"
         # The paper's React reward needs the LLM code judge (compiler + ESLint alone gets hacked).
         # REQUIRE_JUDGE=0: the compiler + ESLint-only ablation (Fig. 4).
@@ -80,6 +85,9 @@ case "${TASK}" in
         STEP_JUDGE_MODEL=${STEP_JUDGE_MODEL:-}
         JUDGE_VARS=(STEP_JUDGE_BASE_URL)
         JUDGE_WHAT="step judge"
+        # PURE's step value = clip(scale * mean S_t of the step, -1, 1); AIME's S_t is 0.5*e_s/|S|, so 10
+        # maps a verdict e_s = +-1 of a 5-step solution to +-1 (our choice).
+        PURE_STEP_SCALE=${PURE_STEP_SCALE:-10.0}
         DATA_HINT="Make them from an AIME 1983-2024 file: ${PY} ${ROOT}/recipes/data/aime.py --input aime.jsonl --out-dir DIR"
         # The step judge gives AIME's local signal: needed by the token-level algorithms only.
         case "${ALGO}" in
@@ -158,25 +166,22 @@ vb_algo_overrides() {
             )
             ;;
         pure)
-            # PURE: min-form credit over process rewards (verl-bot's `pure` estimator, dense rewards).
-            vb_require_estimator pure "ALGO=pure needs the pure estimator (not implemented yet)"
+            # PURE: min-form credit over process rewards (verl-bot's `pure` estimator). It reads the bot
+            # manager's reward streams (local S_t, step ends, solved), not the composed r_t.
             ALGO_OVERRIDES=(
                 algorithm.adv_estimator=pure
                 actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+                algorithm.use_kl_in_reward=False
                 +reward.reward_kwargs.bot.token_level=true
+                "+algorithm.pure_temperature=${PURE_TEMPERATURE}"
+                "+algorithm.pure_outcome_coef=${PURE_OUTCOME_COEF}"
+                "+algorithm.pure_step_scale=${PURE_STEP_SCALE}"
             )
             ;;
         *)
             vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure; got '${ALGO}'"
             ;;
     esac
-}
-
-# An advantage estimator registered in verl once verl (and so verl-bot's plugin) is imported.
-vb_require_estimator() {
-    local name=$1 message=$2
-    "${PY}" -c "import sys, verl; from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY as r; \
-sys.exit(0 if sys.argv[1] in r else 3)" "${name}" >/dev/null 2>&1 || vb_die "${message}"
 }
 
 # React: the prompt set ships with the repository, so the default data files are made when missing.

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One run of verl 0.9.1's real PPO trainer on a CPU-only machine: a tiny Qwen2-style model
 # (built locally, no hub) learns the toy_lint task (a global score plus penalties on spans of
-# the response, the shape of the React reward's ESLint part) with ALGO=bot or ALGO=grpo.
+# the response, the shape of the React reward's ESLint part) with ALGO=bot, grpo or pure.
 #
 #   ALGO=bot  STEPS=30 bash recipes/cpu_train.sh [hydra.override=value ...]
 #
 #   bot : algorithm.adv_estimator=bot, dense rewards r_t = G + S_t (bot reward manager)
 #   grpo: verl's grpo on the same global score G only (scalar on the last token), as in the paper
+#   pure: verl-bot's PURE on the bot manager's reward streams (local S_t per step, solved at EOS)
 #
 # The CPU-only overrides live in verl_bot/cpu/overrides.txt (read by recipes/cpu_overrides.sh).
 set -xeuo pipefail
@@ -47,8 +48,14 @@ case "${ALGO}" in
             +reward.reward_kwargs.bot.token_level=false
         )
         ;;
+    pure)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=pure
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+        )
+        ;;
     *)
-        echo "cpu_train.sh: ALGO must be bot or grpo, got '${ALGO}'" >&2
+        echo "cpu_train.sh: ALGO must be bot, grpo or pure, got '${ALGO}'" >&2
         exit 2
         ;;
 esac

@@ -74,6 +74,28 @@ def bot_probe(*args, **kwargs):
     return _bot(*args, **kwargs)
 
 core_algos.ADV_ESTIMATOR_REGISTRY["bot"] = bot_probe
+_pure = core_algos.get_adv_estimator_fn("pure")
+
+def pure_probe(*args, **kwargs):
+    """Records the reward streams the `pure` estimator finds active, then runs the real `pure`."""
+    from verl_bot.streams import active_streams
+    mask = kwargs["response_mask"]
+    streams = active_streams("pure", ("local", "step_end", "outcome"), mask)
+    advantages, returns = _pure(*args, **kwargs)
+    m = mask.bool()
+    rows = [{
+        "length": int(m[i].sum()),
+        "local_nonzero": int((streams["local"][i][m[i]] != 0).sum()),
+        "step_ends": int(streams["step_end"][i][m[i]].sum()),
+        "outcome_sum": float(streams["outcome"][i].sum()),
+        "outcome_padding": float(streams["outcome"][i][~m[i]].abs().sum()),
+        "adv_nonzero": int((advantages[i][m[i]] != 0).sum()),
+    } for i in range(mask.shape[0])]
+    with open(os.environ["VB_PROBE_FILE"], "a") as f:
+        f.write(json.dumps({"estimator": "pure", "shape": list(mask.shape), "rows": rows}) + "\\n")
+    return advantages, returns
+
+core_algos.ADV_ESTIMATOR_REGISTRY["pure"] = pure_probe
 '''
 
 
@@ -296,6 +318,29 @@ def test_bot_two_steps_on_cpu(workdir):
         assert len(rows) == 16
         assert any(r["nonzero_before_last"] > 0 for r in rows), rows
         assert any(r["distinct"] >= 2 for r in rows), "no local (span) penalties in any row: " + str(rows)
+
+
+def test_pure_two_steps_on_cpu(workdir):
+    """2 steps with `pure`: the reward streams travel through TransferQueue to the estimator in verl's trainer."""
+    run = Run(workdir, "pure", ["algorithm.adv_estimator=pure", "reward.reward_manager.name=bot"]).start()
+    try:
+        rc = run.wait(timeout=420)
+    finally:
+        run.cleanup()
+    assert rc == 0, run.output(6000)
+    calls = [json.loads(ln) for ln in run.probe.read_text().splitlines() if ln.strip()]
+    assert len(calls) == 2 and all(c["estimator"] == "pure" for c in calls), calls
+    for call in calls:
+        rows = call["rows"]
+        assert len(rows) == 16
+        assert all(r["step_ends"] >= 1 for r in rows if r["length"]), rows  # at least the last token
+        assert all(r["outcome_sum"] in (0.0, 1.0) and r["outcome_padding"] == 0 for r in rows), rows
+        assert any(r["local_nonzero"] > 0 for r in rows), rows
+        assert any(r["adv_nonzero"] > 0 for r in rows), rows
+    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
+    assert sorted(steps) == [1, 2], metrics
+    assert all(0.0 <= data["reward/solved/mean"] <= 1.0 for data in steps.values())
 
 
 def test_rollout_server_dies_gives_clear_error(workdir):

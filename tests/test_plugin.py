@@ -14,8 +14,11 @@ from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 print("estimator", get_adv_estimator_fn("bot").__module__)
+print("estimator", get_adv_estimator_fn("pure").__module__)
 print("manager", get_reward_manager_cls("bot").__name__)
 print("patched", getattr(AgentLoopOutput.as_dict, "__verl_bot_dense__", False))
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+print("streams", getattr(PPOTrainer._compute_advantage, "__verl_bot_streams__", False))
 """
 
 
@@ -23,6 +26,8 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
     proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "estimator verl_bot.advantage.bot" in proc.stdout
+    assert "estimator verl_bot.advantage.pure" in proc.stdout
+    assert "streams True" in proc.stdout
     assert "manager BoTRewardManager" in proc.stdout
     assert "patched True" in proc.stdout
     assert "[verl-bot] INFO registered in verl 0.9.1" in proc.stderr
@@ -31,7 +36,7 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
 def test_register_is_idempotent():
     first = plugin.register()
     assert plugin.register() is first
-    assert first["adv_estimators"] == ["bot"] and first["reward_managers"] == ["bot"]
+    assert first["adv_estimators"] == ["bot", "pure"] and first["reward_managers"] == ["bot"]
 
 
 def test_version_mismatch_fails_loudly(monkeypatch):

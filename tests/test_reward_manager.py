@@ -130,7 +130,8 @@ def test_worker_scores_dense_and_dense_vector_reaches_compute_advantage(tiny_mod
     hello = outputs[1]["reward_score"]  # "hello world": vowel tokens are penalised below the others
     assert min(hello) < max(hello)
     assert outputs[1]["reward_extra_info"]["score"] == pytest.approx(2 * (1 - 3 / 10) - 1)
-    assert set(outputs[0]["reward_extra_info"]) == {"score", "clean", "scorer_failed", "scorer_error"}
+    assert set(outputs[0]["reward_extra_info"]) == {"score", "clean", "scorer_failed", "scorer_error", "solved"}
+    assert [o["reward_extra_info"]["solved"] for o in outputs] == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
 
     # 2. the v1 trainer's path: verl's AgentLoopOutput.as_dict builds the stored rm_scores
     stored = []

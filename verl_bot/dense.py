@@ -11,13 +11,16 @@ makes that list arrive unchanged in `rm_scores` -> `token_level_scores` ->
    rewards, no colocated reward model). `AgentLoopWorkerTQ` stores each
    trajectory with `AgentLoopOutput.as_dict()`, which builds `rm_scores` as
    zeros plus the scalar on the last token. We wrap `as_dict` (the ONE patch):
-   when `reward_score` is a sequence, the row is that vector. Everything else
+   when `reward_score` is a sequence, the row is that vector (with named streams,
+   `{"token_rewards": [...], "streams": {...}}`, each stream becomes one more
+   field of the trajectory: `verl_bot.streams`). Everything else
    of the original method runs unchanged, and a scalar `reward_score` takes
    verl's own path untouched, so other reward managers are not affected.
 2. Reward computed by a colocated reward model (`RewardLoopManager.compute_rm_score`)
    calls `reward_manager_cls.assemble_rm_scores(data, scores)`, a classmethod
    made to be overridden: `BoTRewardManager.assemble_rm_scores` writes the
-   vectors (`assemble_dense_rm_scores` below). No patch.
+   vectors (`assemble_dense_rm_scores` below). No patch. (This path carries no
+   named streams: `verl_bot.streams` explains them and says so at the estimator.)
 
 Why here and not elsewhere: the vector has to cross the Ray boundary between
 the reward-loop worker and the agent-loop worker, and `reward_score` is the
@@ -45,6 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl_bot.streams import stream_fields
+
 PATCHED_ATTR = "__verl_bot_dense__"
 logger = logging.getLogger("verl_bot")
 
@@ -62,8 +67,18 @@ def dense_row(reward_score: Sequence[float], length: int) -> torch.Tensor:
 
 
 def is_dense(reward_score: Any) -> bool:
-    """True when a reward manager returned per-token rewards (a list/tuple/1-D array) instead of a scalar."""
+    """True when a reward manager returned per-token rewards instead of a scalar: a list/tuple/1-D array, or
+    `{"token_rewards": [...], "streams": {...}}` (the form with named streams, see `verl_bot.streams`)."""
+    if isinstance(reward_score, dict):
+        return "token_rewards" in reward_score
     return isinstance(reward_score, list | tuple | np.ndarray | torch.Tensor) and np.ndim(reward_score) == 1
+
+
+def split_reward_score(reward_score: Any) -> tuple[Sequence[float], dict[str, Sequence[float]]]:
+    """(token rewards, named streams) of a dense `reward_score`; streams are {} for the plain list form."""
+    if isinstance(reward_score, dict):
+        return reward_score["token_rewards"], dict(reward_score.get("streams") or {})
+    return reward_score, {}
 
 
 def assemble_dense_rm_scores(data: Any, scores: list) -> torch.Tensor:
@@ -80,7 +95,7 @@ def assemble_dense_rm_scores(data: Any, scores: list) -> torch.Tensor:
     valid_lengths = data.batch["attention_mask"][:, prompt_length:].sum(dim=1).tolist()
     rm_scores = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
     for i, (score, length) in enumerate(zip(scores, valid_lengths, strict=True)):
-        rm_scores[i, :length] = dense_row(score, length)
+        rm_scores[i, :length] = dense_row(split_reward_score(score)[0], length)
     return rm_scores
 
 
@@ -96,7 +111,10 @@ def _wrap_as_dict(original):
             output = original(self)
         finally:
             self.reward_score = reward_score
-        output["rm_scores"] = dense_row(reward_score, output["response_mask"].numel())
+        token_rewards, streams = split_reward_score(reward_score)
+        length = output["response_mask"].numel()
+        output["rm_scores"] = dense_row(token_rewards, length)
+        output.update(stream_fields(streams, length))
         return output
 
     setattr(as_dict, PATCHED_ATTR, True)
@@ -132,7 +150,7 @@ def _wrap_compute_metrics(original):
     return _compute_metrics
 
 
-def _check_signature(fn, expected: list[str], where: str) -> None:
+def check_signature(fn, expected: list[str], where: str) -> None:
     from verl_bot.plugin import VerlApiMismatch
 
     params = list(inspect.signature(fn).parameters)[: len(expected)]
@@ -150,8 +168,8 @@ def install() -> list[str]:
     check_verl_version()
     if "reward_score" not in AgentLoopOutput.model_fields:
         raise VerlApiMismatch("verl-bot dense plumbing: AgentLoopOutput has no 'reward_score' field")
-    _check_signature(AgentLoopOutput.as_dict, ["self"], "AgentLoopOutput.as_dict")
-    _check_signature(PPOTrainer._compute_metrics, ["self", "batch", "metrics"], "PPOTrainer._compute_metrics")
+    check_signature(AgentLoopOutput.as_dict, ["self"], "AgentLoopOutput.as_dict")
+    check_signature(PPOTrainer._compute_metrics, ["self", "batch", "metrics"], "PPOTrainer._compute_metrics")
 
     if not getattr(AgentLoopOutput.as_dict, PATCHED_ATTR, False):
         AgentLoopOutput.as_dict = _wrap_as_dict(AgentLoopOutput.as_dict)

@@ -60,7 +60,7 @@ def register() -> dict[str, list[str]]:
     _ensure_logging()
     check_verl_version()
 
-    from verl_bot import dense
+    from verl_bot import dense, streams
     from verl_bot.advantage import register_estimators
     from verl_bot.cpu import register_cpu_backend
     from verl_bot.rewards.manager import register_reward_managers
@@ -69,7 +69,7 @@ def register() -> dict[str, list[str]]:
         "cpu": register_cpu_backend(),  # [] unless VERL_PLATFORM=cpu (see verl_bot/cpu/__init__.py)
         "adv_estimators": register_estimators(),
         "reward_managers": register_reward_managers(),
-        "patches": dense.install(),
+        "patches": dense.install() + streams.install(),
     }
     _registered = registered
     logger.info(

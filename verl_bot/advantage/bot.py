@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
+from verl_bot.advantage.checks import raise_for_rows
+
 DEFAULT_EPSILON = 1e-6
 
 
@@ -39,14 +41,12 @@ def _raise_if_not_finite(rewards: torch.Tensor, response_mask: torch.Tensor, ind
 
     rewards, response_mask: (B, T).
     """
-    bad_rows = (~torch.isfinite(rewards) & (response_mask != 0)).any(dim=1)
-    if bad_rows.any():
-        rows = bad_rows.nonzero().flatten().tolist()
-        uids = sorted({str(index[r]) for r in rows})
-        raise ValueError(
-            f"bot advantage: non-finite token rewards (NaN/inf) in {len(rows)} response(s), rows {rows[:8]}, "
-            f"uid(s) {uids[:8]}; check the reward manager / reward server output for these prompts"
-        )
+    raise_for_rows(
+        "bot advantage: non-finite token rewards (NaN/inf)",
+        (~torch.isfinite(rewards) & (response_mask != 0)).any(dim=1),
+        index,
+        "; check the reward manager / reward server output for these prompts",
+    )
 
 
 @torch.no_grad()

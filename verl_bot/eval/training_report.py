@@ -30,7 +30,7 @@ import torch
 from verl_bot.advantage.bot import bot_advantage
 from verl_bot.rewards.scorers import build_scorer
 from verl_bot.rewards.spans import token_char_spans
-from verl_bot.rewards.verdict import compose_token_rewards, validate_verdict
+from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
 
 SCORE_METRIC = "reward/score/mean"
 
@@ -92,9 +92,8 @@ def score_rollouts(rollouts: list[dict], tokenizer, scorer, w_global: float, w_l
         text, spans = token_char_spans(tokenizer, ids)
         item = {"prompt": rollout["input"], "response": text, "ground_truth": rollout.get("gts"), "extra_info": {}}
         verdict = validate_verdict(asyncio.run(scorer.score(item)))
-        rewards = compose_token_rewards(
-            verdict["global"]["score"], verdict["local"], spans, len(text), w_global, w_local
-        )
+        local = local_token_values(verdict["local"], spans, len(text))
+        rewards = compose_token_rewards(verdict["global"]["score"], local, w_global, w_local)
         scored.append({**rollout, "pieces": [text[s:e] for s, e in spans], "rewards": rewards})
     width = max(1, max(len(r["rewards"]) for r in scored))
     padded = torch.zeros(len(scored), width, dtype=torch.float64)

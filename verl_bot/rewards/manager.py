@@ -24,24 +24,31 @@ DAPO's overlong shaping reads verl's own keys, as verl's `dapo` manager does:
 `+reward.reward_kwargs.max_resp_len`; the penalty is added to G (`overlong_penalty`).
 
 `reward_extra_info` of every response: `score` (G, shaping included), every part
-of G by name, `scorer_failed` and `scorer_error` (0/1), and `overlong` when the
-shaping is on -> verl metrics `reward/<key>/mean`.
+of G by name, `scorer_failed` and `scorer_error` (0/1), `solved` (1/0: the
+verdict's `info.solved`, `info.correct` for math, `info.compiled` for React;
+absent when the scorer reports none of them) and `overlong` when the shaping is
+on -> verl metrics `reward/<key>/mean` (`reward/solved/mean`: the compile rate
+or the accuracy of the step's rollouts).
+
+When `algorithm.adv_estimator` reads named reward streams (`pure`), `reward_score`
+also carries them: `verl_bot.streams`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Any
 
-import numpy as np
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from verl_bot.dense import assemble_dense_rm_scores
 from verl_bot.rewards.scorers import build_scorers
 from verl_bot.rewards.spans import token_char_spans
-from verl_bot.rewards.verdict import compose_token_rewards, validate_verdict
+from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
+from verl_bot.streams import streams_for, token_streams, verdict_outcome
 
 logger = logging.getLogger("verl_bot")
 
@@ -107,6 +114,9 @@ class BoTRewardManager(RewardManagerBase):
         super().__init__(config, tokenizer, compute_score)
         self.settings = manager_settings(config)
         self.overlong = overlong_settings(config)
+        self.streams = (
+            streams_for((config.get("algorithm") or {}).get("adv_estimator")) if self.settings["token_level"] else ()
+        )
         self.scorers = build_scorers(
             self.settings["scorers"], timeout_s=self.settings["timeout_s"], retries=self.settings["retries"]
         )
@@ -163,12 +173,19 @@ class BoTRewardManager(RewardManagerBase):
             extra["overlong"] = overlong_penalty(length, *self.overlong)
             score += extra["overlong"]
         extra["score"] = score
+        outcome = verdict_outcome(verdict, failed)
+        if not math.isnan(outcome):
+            extra["solved"] = outcome
         if not self.settings["token_level"]:
             return {"reward_score": self.settings["w_global"] * score, "reward_extra_info": extra}
+        local = local_token_values(verdict["local"], token_spans, len(text))
         token_rewards = compose_token_rewards(
-            score, verdict["local"], token_spans, len(text), self.settings["w_global"], self.settings["w_local"]
-        )
-        return {"reward_score": np.asarray(token_rewards, dtype=np.float64).tolist(), "reward_extra_info": extra}
+            score, local, self.settings["w_global"], self.settings["w_local"]
+        ).tolist()
+        if not self.streams:
+            return {"reward_score": token_rewards, "reward_extra_info": extra}
+        streams = token_streams(self.streams, score, local, token_spans, text, outcome)
+        return {"reward_score": {"token_rewards": token_rewards, "streams": streams}, "reward_extra_info": extra}
 
 
 def register_reward_managers() -> list[str]:

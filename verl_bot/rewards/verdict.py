@@ -63,20 +63,29 @@ def validate_verdict(verdict: Any) -> dict:
     }
 
 
-def compose_token_rewards(
-    global_score: float, local: list[dict], token_spans: np.ndarray, text_length: int, w_global: float, w_local: float
-) -> np.ndarray:
+def local_token_values(local: list[dict], token_spans: np.ndarray, text_length: int) -> np.ndarray:
+    """S_t: the local signal of every response token.
+
+    Args:
+        local: REWARD_API local spans (character offsets into the response text).
+        token_spans: (n, 2) `[start, end)` characters of each token (`spans.token_char_spans`).
+        text_length: length of the response text.
+
+    Returns:
+        (n,) float64 (a token straddling a span edge gets the mean over its characters).
+    """
+    return token_local_values(token_spans, char_values(text_length, local))
+
+
+def compose_token_rewards(global_score: float, local_values: np.ndarray, w_global: float, w_local: float) -> np.ndarray:
     """`r_t = w_g * G + w_s * S_t` for every response token.
 
     Args:
         global_score: G of the response.
-        local: REWARD_API local spans (character offsets into the response text).
-        token_spans: (n, 2) `[start, end)` characters of each token (`spans.token_char_spans`).
-        text_length: length of the response text.
+        local_values: (n,) S_t (`local_token_values`).
         w_global, w_local: the weights w_g, w_s.
 
     Returns:
         (n,) float64 token rewards.
     """
-    local_values = token_local_values(token_spans, char_values(text_length, local))
-    return w_global * global_score + w_local * local_values
+    return w_global * global_score + w_local * np.asarray(local_values, dtype=np.float64)

@@ -1,0 +1,145 @@
+"""Named reward streams: built by the `bot` manager, stored by verl's `as_dict`, read by a stream estimator."""
+
+import asyncio
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from verl import DataProto
+from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+from tests.test_reward_manager import expected_token_rewards, make_batch, worker_for
+from verl_bot.advantage.pure import pure_advantage
+from verl_bot.rewards.spans import char_values, token_char_spans, token_local_values
+from verl_bot.rewards.toy import toy_lint
+from verl_bot.streams import step_end_mask, streams_for, use_streams, verdict_outcome
+
+RESPONSES = ["xyz\n\nqrst", "hello\n\n\nworld\nend", "aaa", "", "zz\n\n"]
+
+
+def brute_force_step_ends(text, spans):
+    """The token holding the last newline of every run of >= 2 newlines, and the last token."""
+    ends = set()
+    i = 0
+    while i < len(text):
+        j = i
+        while j < len(text) and text[j] == "\n":
+            j += 1
+        if j - i >= 2:
+            ends.update(t for t, (s, e) in enumerate(spans) if s <= j - 1 < e)
+        i = max(j, i + 1)
+    if len(spans):
+        ends.add(len(spans) - 1)
+    return [1.0 if t in ends else 0.0 for t in range(len(spans))]
+
+
+def test_step_end_mask_marks_blank_line_tokens_and_the_last_token(tokenizer):
+    for text in [*RESPONSES, "a\n\n\n\nb\n\nc d", "\n\n\n", "no steps at all", "ü\n\nü"]:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        decoded, spans = token_char_spans(tokenizer, ids)
+        mask = step_end_mask(spans, decoded)
+        assert mask.tolist() == brute_force_step_ends(decoded, spans), text
+    assert step_end_mask(np.zeros((0, 2), dtype=np.int64), "").tolist() == []
+
+
+def test_verdict_outcome_reads_solved_correct_compiled_in_that_order():
+    assert verdict_outcome({"info": {"correct": True}}, failed=False) == 1.0
+    assert verdict_outcome({"info": {"compiled": False, "rendered": True}}, failed=False) == 0.0
+    assert verdict_outcome({"info": {"solved": 1, "correct": False}}, failed=False) == 1.0
+    assert verdict_outcome({"info": {"correct": True}}, failed=True) == 0.0  # failed scorer: not solved
+    assert verdict_outcome({"info": {"correct": True}, "error": "bad item"}, failed=False) == 0.0
+    assert math.isnan(verdict_outcome({"info": {}}, failed=False))
+
+
+def test_streams_are_declared_only_by_the_stream_estimators():
+    assert streams_for("pure") == ("local", "step_end", "outcome")
+    assert streams_for("bot") == () and streams_for("grpo") == ()
+
+
+def test_manager_sends_streams_for_pure_and_pure_runs_through_verls_compute_advantage(tiny_model_dir, tokenizer):
+    worker, config = worker_for(tiny_model_dir, "algorithm.adv_estimator=pure", "+reward.reward_kwargs.bot.w_local=0.5")
+    data, rows = make_batch(tokenizer, RESPONSES, uids=["a", "a", "a", "b", "b"])
+    outputs = asyncio.run(worker.compute_score_batch(data))
+
+    stored = []
+    for out, ids, text in zip(outputs, rows, RESPONSES, strict=True):
+        score = out["reward_score"]
+        # 1. the composed vector is unchanged; the streams ride next to it
+        np.testing.assert_allclose(score["token_rewards"], expected_token_rewards(tokenizer, ids, text, 1.0, 0.5))
+        decoded, spans = token_char_spans(tokenizer, ids)
+        verdict = toy_lint("", decoded)
+        np.testing.assert_allclose(
+            score["streams"]["local"], token_local_values(spans, char_values(len(decoded), verdict["local"]))
+        )
+        assert score["streams"]["step_end"] == brute_force_step_ends(decoded, spans)
+        solved = float(verdict["info"]["solved"])
+        assert score["streams"]["outcome"] == [0.0] * (len(ids) - 1) + [solved] * bool(ids)
+        assert out["reward_extra_info"]["solved"] == solved
+
+        # 2. verl's AgentLoopOutput.as_dict stores each stream as a trajectory field
+        loop_output = AgentLoopOutput(
+            prompt_ids=[1, 2], response_ids=ids, response_mask=[1] * len(ids), metrics=AgentLoopMetrics()
+        )
+        loop_output.reward_score = score
+        fields = loop_output.as_dict()
+        torch.testing.assert_close(fields["rm_scores"], torch.tensor(score["token_rewards"], dtype=torch.float32))
+        for name in ("local", "step_end", "outcome"):
+            torch.testing.assert_close(fields[f"bot_stream_{name}"], torch.tensor(score["streams"][name]))
+        assert "bot_stream_global" not in fields
+        stored.append(fields)
+
+    # 3. verl's compute_advantage with adv_estimator=pure, the streams active as the trainer wrapper makes them
+    width = max(len(r) for r in rows)
+
+    def padded(key):
+        out = torch.zeros(len(rows), width)
+        for i, fields in enumerate(stored):
+            out[i, : fields[key].numel()] = fields[key]
+        return out
+
+    mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows])
+    uids = np.array(["a", "a", "a", "b", "b"], dtype=object)
+    batch = DataProto(
+        batch=TensorDict({"token_level_rewards": padded("rm_scores"), "response_mask": mask}, batch_size=len(rows)),
+        non_tensor_batch={"uid": uids},
+    )
+    streams = {name: padded(f"bot_stream_{name}") for name in ("local", "step_end", "outcome")}
+    with use_streams(streams):
+        result = compute_advantage_for_multi_trajectories(
+            batch, batch_keys=[f"{u}_{i}_0" for i, u in enumerate(uids)], adv_estimator="pure", config=config.algorithm
+        )
+    solved = torch.tensor([out["reward_extra_info"]["solved"] for out in outputs])
+    expected = pure_advantage(streams["local"], streams["step_end"], solved, mask, uids)
+    torch.testing.assert_close(result.batch["advantages"], expected[0])
+    assert (result.batch["advantages"][:3] != 0).any()
+
+
+def test_manager_sends_no_streams_for_other_estimators(tiny_model_dir, tokenizer):
+    worker, _ = worker_for(tiny_model_dir, "algorithm.adv_estimator=bot")
+    data, _ = make_batch(tokenizer, RESPONSES[:2])
+    outputs = asyncio.run(worker.compute_score_batch(data))
+    assert all(isinstance(out["reward_score"], list) for out in outputs)
+
+
+def test_a_stream_of_the_wrong_length_is_a_clear_error():
+    output = AgentLoopOutput(prompt_ids=[1], response_ids=[5, 6], response_mask=[1, 1], metrics=AgentLoopMetrics())
+    output.reward_score = {"token_rewards": [0.1, 0.2], "streams": {"local": [0.0]}}
+    with pytest.raises(ValueError, match="stream 'local': 1 values for 2 response tokens"):
+        output.as_dict()
+
+
+def test_trainer_wrapper_refuses_kl_in_reward_for_stream_estimators():
+    trainer = SimpleNamespace(config=SimpleNamespace(algorithm=_Cfg(adv_estimator="pure", use_kl_in_reward=True)))
+    with pytest.raises(ValueError, match="use_kl_in_reward"):
+        PPOTrainer._compute_advantage(trainer, batch=None, metrics={})
+
+
+class _Cfg(dict):
+    """The bits of an omegaconf `algorithm` node the wrapper reads: attribute access and .get()."""
+
+    __getattr__ = dict.__getitem__
