@@ -1,1 +1,2 @@
-"""Evaluation metrics (pass@k, compile rate, pairwise win rate)."""
+"""Evaluation: metrics (pass@k, compile rate, pairwise win rate), figures, and the CLI ``python -m verl_bot.eval``
+(generate / compile-rate / winrate / passk / plot; see ``__main__.py``)."""
