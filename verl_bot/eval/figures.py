@@ -2,7 +2,7 @@
 
 - :func:`compile_rate_figure`: a training metric (default ``reward/solved/mean``, the per-step share of rollouts
   the reward server judged compiled/correct) over training steps, one line per run, read from the JSONL that
-  verl's ``file`` logger writes (``training_report.read_metric``; drawn by ``training_report.plot_runs``).
+  verl's ``file`` logger writes (``training_report.read_metric``; drawn by :func:`plot_runs`).
 - :func:`winrate_figure`: one horizontal bar per comparison (winrate JSON), split into A wins / ties / B wins,
   with the win rate written next to it.
 - :func:`passk_figure`: pass@k over k (log2 axis), one line per run (passk JSON).
@@ -49,7 +49,7 @@ def compile_rate_figure(
 
     ``ylabel`` default: "compile rate" for ``reward/solved/mean``, else the metric key.
     """
-    from verl_bot.eval.training_report import plot_runs, read_metric
+    from verl_bot.eval.training_report import read_metric
 
     curves = {}
     for name, path in runs.items():
@@ -59,7 +59,6 @@ def compile_rate_figure(
             raise EvalError(f"{path}: not a verl file-logger JSONL ({e})") from None
         if not curves[name][0]:
             raise EvalError(f"{path}: no step logs metric {metric!r}")
-    _pyplot()
     percent = all(0.0 <= v <= 1.0 for _, values in curves.values() for v in values)
     ylabel = ylabel or ("compile rate" if metric == "reward/solved/mean" else metric)
     return plot_runs(curves, out_png, title or f"{ylabel} over training", ylabel=ylabel, percent=percent)
@@ -93,6 +92,49 @@ def winrate_figure(reports: dict[str, dict], out_png: Path, title: str = "pairwi
     return {"comparisons": labels, "bars": drawn, "win_rate": {k: reports[k]["win_rate"] for k in labels}}
 
 
+def _save_lines(fig, ax, out_png: Path, labels: tuple[str, str, str], percent: bool, dpi: int) -> dict:
+    """Label, grid, legend and save a line plot; returns its lines read back: {label: {"x": [...], "y": [...]}}.
+
+    ``labels``: (x label, y label, title); ``percent``: the y axis as % of 1.
+    """
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    if percent:
+        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
+    ax.set_title(labels[2])
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=dpi)
+    drawn = {
+        ln.get_label(): {"x": list(map(float, ln.get_xdata())), "y": list(map(float, ln.get_ydata()))}
+        for ln in ax.get_lines()
+    }
+    plt.close(fig)
+    return drawn
+
+
+def plot_runs(
+    curves: dict[str, tuple[list[int], list[float]]],
+    out_png: Path,
+    title: str,
+    ylabel: str = "mean global score G",
+    percent: bool = False,
+) -> dict[str, dict[str, list[float]]]:
+    """One line per run: a metric over training steps (``curves``: {run: (steps, values)}); returns what it drew."""
+    import matplotlib.ticker
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, (steps, values) in curves.items():
+        ax.plot(steps, values, marker="o", markersize=3, label=name)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    return _save_lines(fig, ax, out_png, ("training step", ylabel, title), percent, dpi=120)
+
+
 def passk_figure(reports: dict[str, dict], out_png: Path, title: str = "pass@k") -> dict:
     """One line per run: pass@k over k (log2 x axis)."""
     import matplotlib.ticker
@@ -106,17 +148,4 @@ def passk_figure(reports: dict[str, dict], out_png: Path, title: str = "pass@k")
     all_k = sorted({int(k.split("@")[1]) for rep in reports.values() for k in rep["pass@k"]})
     ax.set_xticks(all_k, [str(k) for k in all_k])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-    ax.set_xlabel("k")
-    ax.set_ylabel("pass@k")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=150)
-    drawn = {
-        ln.get_label(): {"x": list(map(float, ln.get_xdata())), "y": list(map(float, ln.get_ydata()))}
-        for ln in ax.get_lines()
-    }
-    plt.close(fig)
-    return drawn
+    return _save_lines(fig, ax, out_png, ("k", "pass@k", title), percent=True, dpi=150)

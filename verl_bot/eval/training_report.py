@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from verl_bot.advantage.bot import bot_advantage
+from verl_bot.eval.figures import plot_runs
 from verl_bot.rewards.scorers import build_scorer
 from verl_bot.rewards.spans import token_char_spans
 from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
@@ -44,44 +45,6 @@ def read_metric(metrics_file: Path, key: str = SCORE_METRIC) -> tuple[list[int],
             steps.append(int(record["step"]))
             values.append(float(record["data"][key]))
     return steps, values
-
-
-def plot_runs(
-    curves: dict[str, tuple[list[int], list[float]]],
-    out_png: Path,
-    title: str,
-    ylabel: str = "mean global score G",
-    percent: bool = False,
-) -> dict[str, dict[str, list[float]]]:
-    """One line per run: metric value over training steps (``percent``: y axis as % of 1).
-
-    Returns what was drawn, read back from the axes: ``{run: {"x": steps, "y": values}}``.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, (steps, values) in curves.items():
-        ax.plot(steps, values, marker="o", markersize=3, label=name)
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    if percent:
-        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-    ax.set_xlabel("training step")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=120)
-    drawn = {
-        ln.get_label(): {"x": np.asarray(ln.get_xdata()).tolist(), "y": np.asarray(ln.get_ydata()).tolist()}
-        for ln in ax.get_lines()
-    }
-    plt.close(fig)
-    return drawn
 
 
 def _colour(value: float, scale: float) -> str:
