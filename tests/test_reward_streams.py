@@ -17,7 +17,7 @@ from tests.test_reward_manager import expected_token_rewards, make_batch, worker
 from verl_bot.advantage.pure import pure_advantage
 from verl_bot.rewards.spans import char_values, token_char_spans, token_local_values
 from verl_bot.rewards.toy import toy_lint
-from verl_bot.streams import step_end_mask, streams_for, use_streams, verdict_outcome
+from verl_bot.streams import declare_streams, step_end_mask, streams_for, token_streams, use_streams, verdict_outcome
 
 RESPONSES = ["xyz\n\nqrst", "hello\n\n\nworld\nend", "aaa", "", "zz\n\n"]
 
@@ -143,3 +143,22 @@ class _Cfg(dict):
     """The bits of an omegaconf `algorithm` node the wrapper reads: attribute access and .get()."""
 
     __getattr__ = dict.__getitem__
+
+
+def test_token_streams_builds_every_stream_by_name():
+    spans = np.array([[0, 2], [2, 4], [4, 5]])
+    streams = token_streams(
+        ("global", "local", "step_end", "outcome"), 0.25, np.array([0.0, -1.0, 0.5]), spans, "ab\n\nc", 1.0
+    )
+    assert streams == {
+        "global": [0.0, 0.0, 0.25],
+        "local": [0.0, -1.0, 0.5],
+        "step_end": [0.0, 1.0, 1.0],
+        "outcome": [0.0, 0.0, 1.0],
+    }
+    assert token_streams(("global", "outcome"), 0.25, np.zeros(0), np.zeros((0, 2), dtype=np.int64), "", 1.0) == {
+        "global": [],
+        "outcome": [],
+    }
+    with pytest.raises(ValueError, match="unknown reward streams"):
+        declare_streams("x", ("local", "nope"))
