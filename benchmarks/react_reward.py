@@ -60,7 +60,10 @@ def unique(responses: list[str], n: int) -> list[str]:
 
 
 def cpu_seconds() -> float | None:
-    """user+sys CPU seconds of this process and all its descendants (Node workers, Chromium), if psutil is there."""
+    """user+sys CPU seconds of this process and all its descendants (Node workers, Chromium), if psutil is there.
+
+    Descendants that already exited count too, through their parent's children times (Chromium's zygote reaps
+    renderer processes), so a short-lived process is not missed."""
     try:
         import psutil
     except ImportError:
@@ -70,7 +73,7 @@ def cpu_seconds() -> float | None:
     for p in [me, *me.children(recursive=True)]:
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            total += t.user + t.system + t.children_user + t.children_system
         except psutil.Error:
             pass
     return total

@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -198,6 +199,67 @@ def test_infinite_loop_is_killed_and_server_keeps_serving(server):
     assert httpx.get(server.url + "/health", timeout=60).status_code == 200
 
 
+def _chromium_tree(root: int) -> list[int]:
+    """Live (not zombie) chromium processes under root."""
+    parents, comm = {}, {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if fields[0] != "Z":
+                parents[int(d.name)] = int(fields[1])
+                comm[int(d.name)] = stat[stat.index("(") + 1 : stat.rindex(")")]
+    tree, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return sorted(p for p in tree if p != root and "chrom" in comm.get(p, ""))
+
+
+def test_hung_browser_is_killed_and_replaced(server):
+    # a browser that cannot even close its context (here: stopped) is killed with its renderers, the item gets
+    # the render-failure verdict and the next item renders in a fresh browser
+    import os
+    import signal
+
+    score(server, [{"id": "up", "response": fixture("todo_app")}])
+    chromium = _chromium_tree(server.scorer.render_worker.proc.pid)
+    assert chromium
+    for pid in chromium:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        out = score(server, [{"id": "hung", "response": fixture("todo_app")}], {"render_timeout_s": 2})
+    finally:
+        for pid in chromium:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert "render_timeout" in out[0]["flags"] and out[0]["info"]["compiled"] is False
+
+    def alive():
+        states = {}
+        for p in chromium:
+            try:
+                states[p] = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                pass
+        return {p: st for p, st in states.items() if st not in ("Z", "X")}
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive()
+    out = score(server, [{"id": "after", "response": fixture("todo_app")}])
+    assert out[0]["info"]["compiled"] is True, out[0]["flags"]
+
+
 class _CountingHandler(http.server.BaseHTTPRequestHandler):
     hits: list[str] = []
 
@@ -263,6 +325,32 @@ export default function Leak() {
         assert out[0]["info"]["compiled"] is True, out[0]["info"]["runtime_errors"]
 
 
+def test_no_global_dom_or_module_leaks_between_renders(server):
+    # React & co. come from an init script that runs in every new document: a component that mutates them, the
+    # globals, a built-in prototype or the DOM must not affect the next item rendered in the same page
+    code = """```jsx
+import React from "react";
+export default function Leak() {
+  const dirty = [];
+  if (window.leakedGlobal !== undefined) dirty.push("global");
+  if (Array.prototype.leaked !== undefined) dirty.push("prototype");
+  if (React.leaked !== undefined || window.__vendor.react.leaked !== undefined) dirty.push("react module");
+  if (document.querySelectorAll("[data-leak]").length) dirty.push("dom");
+  if (dirty.length) throw new Error("state leaked: " + dirty.join(", "));
+  window.leakedGlobal = 1;
+  Array.prototype.leaked = 1;
+  React.leaked = 1;
+  const d = document.createElement("div");
+  d.setAttribute("data-leak", "1");
+  document.body.appendChild(d);
+  return <div>clean</div>;
+}
+```"""
+    for _ in range(4):
+        out = score(server, [{"id": "leak2", "response": code}])
+        assert out[0]["info"]["compiled"] is True, out[0]["info"]["runtime_errors"]
+
+
 def test_screenshot_is_1280x800(server):
     from PIL import Image
 
@@ -271,6 +359,30 @@ def test_screenshot_is_1280x800(server):
     assert img.size == (1280, 800)
     # Tailwind styled the page: the hero gradient is not white
     assert img.convert("RGB").getpixel((640, 300)) != (255, 255, 255)
+
+
+def test_tailwind_rules_do_not_leak_between_items(server):
+    # item A uses the class `bg-red-500` literally; item B builds the same class name at run time, so its page
+    # is red only if Tailwind kept A's rule (a compiler shared across items accumulates every class it saw)
+    from PIL import Image
+
+    def page(class_expr: str) -> str:
+        return f"""```jsx
+export default function Full() {{
+  return <div className={{{class_expr} + " w-screen h-screen"}}>x</div>;
+}}
+```"""
+
+    for i in range(3):  # through every render slot / worker
+        score(server, [{"id": f"red{i}", "response": page('"bg-red-500"')}])
+    built = page('["bg", "red", "500"].join("-")')
+    out = score(server, [{"id": "built", "response": built}], {"return_screenshot": True})
+    img = Image.open(io.BytesIO(base64.b64decode(out[0]["info"]["screenshot"]))).convert("RGB")
+    assert img.getpixel((640, 400)) == (255, 255, 255), "Tailwind styled a class this item never wrote"
+    out = score(server, [{"id": "literal", "response": page('"bg-red-500"')}], {"return_screenshot": True})
+    img = Image.open(io.BytesIO(base64.b64decode(out[0]["info"]["screenshot"]))).convert("RGB")
+    red, green, blue = img.getpixel((640, 400))
+    assert red > 200 and green < 120 and blue < 120  # the literal class is styled
 
 
 def test_request_limits_and_token():
