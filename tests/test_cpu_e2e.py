@@ -219,7 +219,16 @@ class Run:
 
     def start(self) -> Run:
         self._fh = open(self.log, "wb")
-        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._fh, stderr=subprocess.STDOUT, cwd=self.dir)
+        self.proc = subprocess.Popen(
+            self.cmd,
+            env=self.env,
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            cwd=self.dir,
+            # a test session started in the background by a shell without job control inherits SIGINT
+            # ignored, and Python then installs no KeyboardInterrupt handler: give the trainer the default
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         return self
 
     def output(self, tail: int = 0) -> str:
