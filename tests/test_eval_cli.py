@@ -119,20 +119,13 @@ def prompts_parquet(tmp_path_factory) -> Path:
     return path
 
 
+def tiny_sampling(model_dir, parquet, n: int) -> list:
+    """CLI options: the tiny model, the prompt file, n samples of 8 new tokens."""
+    return ["--model", model_dir, "--data", parquet, "--n", n, "--max-new-tokens", 8]
+
+
 def test_generate_is_deterministic_for_a_seed(tiny_model_dir, prompts_parquet, tmp_path):
-    args = [
-        "generate",
-        "--model",
-        tiny_model_dir,
-        "--data",
-        prompts_parquet,
-        "--n",
-        2,
-        "--max-new-tokens",
-        8,
-        "--batch-size",
-        4,
-    ]
+    args = ["generate", *tiny_sampling(tiny_model_dir, prompts_parquet, n=2), "--batch-size", 4]
     assert main([str(a) for a in [*args, "--seed", 1, "--out", tmp_path / "a.jsonl"]]) == 0
     assert main([str(a) for a in [*args, "--seed", 1, "--out", tmp_path / "b.jsonl"]]) == 0
     assert main([str(a) for a in [*args, "--seed", 2, "--out", tmp_path / "c.jsonl"]]) == 0
@@ -176,21 +169,8 @@ def test_compile_rate_of_hand_written_responses(react_url, tmp_path):
 
 
 def test_compile_rate_of_a_checkpoint_generates_then_scores(tiny_model_dir, prompts_parquet, react_url, tmp_path):
-    code, rep = run_cli(
-        "compile-rate",
-        "--model",
-        tiny_model_dir,
-        "--data",
-        prompts_parquet,
-        "--n",
-        1,
-        "--max-new-tokens",
-        8,
-        "--server",
-        react_url,
-        "--out",
-        tmp_path / "cr.json",
-    )
+    sampling = tiny_sampling(tiny_model_dir, prompts_parquet, n=1)
+    code, rep = run_cli("compile-rate", *sampling, "--server", react_url, "--out", tmp_path / "cr.json")
     assert code == 0
     assert rep["n_items"] == 3 and rep["compile_rate"] == 0.0  # random weights write no component
     saved = Path(rep["generations"])
