@@ -224,7 +224,7 @@ def _chromium_tree(root: int) -> list[int]:
 
 def test_hung_browser_is_killed_and_replaced(server):
     # a browser that cannot even close its context (here: stopped) is killed with its renderers, the item gets
-    # the render-failure verdict and the next item renders in a fresh browser
+    # the render-failure verdict (or is rendered in a fresh browser) and the next item renders
     import os
     import signal
 
@@ -241,7 +241,11 @@ def test_hung_browser_is_killed_and_replaced(server):
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-    assert "render_timeout" in out[0]["flags"] and out[0]["info"]["compiled"] is False
+    # Two correct outcomes, depending on whether the stop hit a slot in use or one being parked after 1 s idle:
+    # the render runs into the time limit (render_timeout), or the slot's liveness check fails first, the
+    # browser is killed and the item renders in a fresh one. Either way the stopped browser must die.
+    if out[0]["info"]["compiled"] is not True:
+        assert "render_timeout" in out[0]["flags"], out[0]
 
     def alive():
         states = {}
