@@ -26,14 +26,9 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
-from verl_bot.advantage.checks import raise_for_rows
+from verl_bot.advantage.common import group_sum, raise_for_rows
 
 DEFAULT_EPSILON = 1e-6
-
-
-def _group_sum(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
-    """Sum `values` (N,) into `num_groups` buckets given `group` (N,) ids; returns (num_groups,)."""
-    return values.new_zeros(num_groups).index_add_(0, group, values)
 
 
 def _raise_if_not_finite(rewards: torch.Tensor, response_mask: torch.Tensor, index) -> None:
@@ -90,7 +85,7 @@ def bot_advantage(
     lengths = response_mask.sum(dim=1).double()  # (B,) L_k
     has_tokens = lengths > 0
     inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1.0), 0.0)  # (B,) 1/L_k, 0 for empty rows
-    k_per_group = _group_sum(has_tokens.double(), group, num_groups).clamp(min=1.0)  # (G,) K
+    k_per_group = group_sum(has_tokens.double(), group, num_groups).clamp(min=1.0)  # (G,) K
     groups = _Groups(
         group, num_groups, _group_shift(rewards, response_mask, group, num_groups, has_tokens), inv_len, k_per_group
     )
@@ -146,10 +141,10 @@ def _standardize(rewards, response_mask, groups: _Groups, epsilon, norm_by_std, 
         _raise_if_not_finite(rewards, response_mask, index)
         centered = torch.where(response_mask != 0, centered, 0.0)  # NaN/inf only on padding: drop it
         row_sum = centered.sum(dim=1).double()
-    mu_g = _group_sum(row_sum * inv_len, group, num_groups) / k_per_group  # (G,) mean minus shift
+    mu_g = group_sum(row_sum * inv_len, group, num_groups) / k_per_group  # (G,) mean minus shift
     centered.sub_(mu_g.to(work_dtype)[group][:, None]).mul_(response_mask)
     sq_sum = torch.linalg.vecdot(centered, centered).double()  # (B,) sum_t (r_t - mu)^2
-    var_g = _group_sum(sq_sum * inv_len, group, num_groups) / k_per_group  # (G,)
+    var_g = group_sum(sq_sum * inv_len, group, num_groups) / k_per_group  # (G,)
 
     if norm_by_std:
         scale_g = torch.where(var_g > 0, 1.0 / (var_g.sqrt() + epsilon), 0.0)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
-from verl_bot.advantage.checks import raise_for_rows
+from verl_bot.advantage.common import group_sum, raise_for_rows
 from verl_bot.streams import active_streams
 
 DEFAULT_TEMPERATURE = 0.1
@@ -40,8 +40,7 @@ STREAMS = ("local", "step_end", "outcome")
 
 def _leave_one_out_sum(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
     """sum_{j != i, same group} values_j for each row i: (N,) -> (N,)."""
-    totals = values.new_zeros(num_groups).index_add_(0, group, values)
-    return totals[group] - values
+    return group_sum(values, group, num_groups)[group] - values
 
 
 def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:

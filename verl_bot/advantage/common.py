@@ -1,8 +1,13 @@
-"""Input checks shared by the estimators."""
+"""Helpers shared by the estimators: per-group sums and row checks."""
 
 from __future__ import annotations
 
 import torch
+
+
+def group_sum(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Sum `values` (N,) into `num_groups` buckets given `group` (N,) ids; returns (num_groups,)."""
+    return values.new_zeros(num_groups).index_add_(0, group, values)
 
 
 def raise_for_rows(what: str, bad_rows: torch.Tensor, index, hint: str = "") -> None:
