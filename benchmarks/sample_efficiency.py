@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from verl_bot.eval.figures import plot_runs  # noqa: E402
-from verl_bot.eval.training_report import read_metric  # noqa: E402
+from verl_bot.eval.records import read_metric  # noqa: E402
 
 
 def steps_to_threshold(values: list[float], threshold: float, window: int) -> int | None:

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 import verl_bot.plugin as plugin
-from verl_bot.dense import training_reward_metrics
+from verl_bot.rewards.metrics import training_reward_metrics
 
 PROBE = """
 import verl
@@ -16,9 +16,11 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 print("estimator", get_adv_estimator_fn("bot").__module__)
 print("estimator", get_adv_estimator_fn("pure").__module__)
 print("manager", get_reward_manager_cls("bot").__name__)
-print("patched", getattr(AgentLoopOutput.as_dict, "__verl_bot_dense__", False))
+print("patched", getattr(AgentLoopOutput.as_dict, "__verl_bot_hook__", False))
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-print("streams", getattr(PPOTrainer._compute_advantage, "__verl_bot_streams__", False))
+print("streams", getattr(PPOTrainer._compute_advantage, "__verl_bot_hook__", False))
+import verl.utils.config
+print("preflight", getattr(verl.utils.config.validate_config, "__verl_bot_hook__", False))
 """
 
 
@@ -30,6 +32,7 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
     assert "streams True" in proc.stdout
     assert "manager BoTRewardManager" in proc.stdout
     assert "patched True" in proc.stdout
+    assert "preflight True" in proc.stdout
     assert "[verl-bot] INFO registered in verl 0.9.1" in proc.stderr
 
 
@@ -63,14 +66,19 @@ def test_failed_registration_is_logged_at_error_level_in_verl_processes():
     assert "found verl==9.9.9" in proc.stderr
 
 
-def test_training_reward_metrics_average_numeric_extra_info():
+def test_training_reward_metrics_average_over_all_rollouts_and_count_flags():
+    """Every numeric key is averaged over ALL rollouts (absent = 0); `flags` become per-flag shares."""
     extra_fields = [
-        {"reward_extra_info": {"score": 1.0, "compile": 0.0, "note": "x"}},
-        {"reward_extra_info": {"score": -1.0, "compile": 1.0, "scorer_failed": 1.0}},
+        {"reward_extra_info": {"score": 1.0, "compile": 0.0, "note": "x", "flags": "judge_unavailable"}},
+        {"reward_extra_info": {"score": -1.0, "compile": 1.0, "scorer_failed": 1.0, "flags": ""}},
+        {"reward_extra_info": {"score": 0.5, "flags": "judge_unavailable,steps_truncated"}},
         None,
     ]
     assert training_reward_metrics(extra_fields) == {
-        "reward/score/mean": 0.0,
-        "reward/compile/mean": 0.5,
-        "reward/scorer_failed/mean": 1.0,
+        "reward/score/mean": 0.5 / 4,
+        "reward/compile/mean": 1 / 4,
+        "reward/scorer_failed/mean": 1 / 4,
+        "reward/flag/judge_unavailable/mean": 2 / 4,
+        "reward/flag/steps_truncated/mean": 1 / 4,
     }
+    assert training_reward_metrics([]) == {}

@@ -165,7 +165,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    from verl_bot.rewards.manager import manager_settings
+    from verl_bot.rewards.settings import manager_settings
 
     task, model_tag = name.split("_")
     for algo in ALGOS:

@@ -3,7 +3,6 @@
 Everything here runs verl 0.9.1's code: its `RewardLoopWorker` builds the
 manager from the registry and scores a real `DataProto`; verl's
 `AgentLoopOutput.as_dict` (what the v1 trainer stores) and the reward
-manager's `assemble_rm_scores` (the colocated-reward-model path) turn the
 result into `rm_scores`; verl's `compute_advantage` runs the `bot` estimator.
 """
 
@@ -20,11 +19,11 @@ from tensordict import TensorDict
 from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
-from verl.trainer.ppo.reward import resolve_reward_manager_cls
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
 from tests.conftest import compose_verl_config
 from verl_bot.advantage.bot import bot_advantage
+from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.rewards.spans import char_values, token_char_spans, token_local_values
 from verl_bot.rewards.toy import toy_lint
 
@@ -130,8 +129,12 @@ def test_worker_scores_dense_and_dense_vector_reaches_compute_advantage(tiny_mod
     hello = outputs[1]["reward_score"]  # "hello world": vowel tokens are penalised below the others
     assert min(hello) < max(hello)
     assert outputs[1]["reward_extra_info"]["score"] == pytest.approx(2 * (1 - 3 / 10) - 1)
-    assert set(outputs[0]["reward_extra_info"]) == {"score", "clean", "scorer_failed", "scorer_error", "solved"}
+    assert set(outputs[0]["reward_extra_info"]) == {
+        "score", "clean", "scorer_failed", "scorer_error", "scorer_error_msg", "flags", "solved", "acc"
+    }
     assert [o["reward_extra_info"]["solved"] for o in outputs] == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert [o["reward_extra_info"]["acc"] for o in outputs] == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert [o["reward_extra_info"]["flags"] for o in outputs] == ["", "", "", "empty", "", ""]
 
     # 2. the v1 trainer's path: verl's AgentLoopOutput.as_dict builds the stored rm_scores
     stored = []
@@ -145,15 +148,10 @@ def test_worker_scores_dense_and_dense_vector_reaches_compute_advantage(tiny_mod
     for row, out in zip(stored, outputs, strict=True):
         torch.testing.assert_close(row, torch.tensor(out["reward_score"], dtype=torch.float32))
 
-    # 3. the colocated-reward-model path: verl resolves our class and calls its assemble_rm_scores
-    manager_cls = resolve_reward_manager_cls(config)
-    padded = manager_cls.assemble_rm_scores(data, [o["reward_score"] for o in outputs])
+    # 3. the v1 trainer's advantage step on those rows, right-padded as verl pads rm_scores
+    padded = torch.nn.utils.rnn.pad_sequence(stored, batch_first=True)
+    padded = torch.nn.functional.pad(padded, (0, data.batch["responses"].shape[1] - padded.shape[1]))
     response_mask = data.batch["attention_mask"][:, data.batch["prompts"].shape[1] :]
-    for i, row in enumerate(stored):
-        torch.testing.assert_close(padded[i, : len(row)], row)
-        assert (padded[i, len(row) :] == 0).all()
-
-    # 4. the v1 trainer's advantage step on those rewards
     uids = np.array(["a", "a", "a", "b", "b", "b"], dtype=object)
     batch = DataProto(
         batch=TensorDict(
@@ -178,13 +176,20 @@ def test_scalar_reward_keeps_verls_own_path(tiny_model_dir):
     torch.testing.assert_close(output.as_dict()["rm_scores"], torch.tensor([0.0, 0.0, 2.5]))
 
 
-def test_dense_vector_of_the_wrong_length_is_a_clear_error():
+def test_dense_vector_of_the_wrong_length_stops_the_run_through_the_fatal_marker():
+    """verl would swallow an exception here (group tagged failed, training goes on): zeros + the marker instead."""
     output = AgentLoopOutput(
         prompt_ids=[1], response_ids=[5, 6, 7], response_mask=[1, 1, 1], metrics=AgentLoopMetrics()
     )
+    info = {"score": 1.0}
+    output.extra_fields["reward_extra_info"] = info
     output.reward_score = [1.0, 2.0]
-    with pytest.raises(ValueError, match=r"2 token rewards \(shape \(2,\)\) for a response of 3 tokens"):
-        output.as_dict()
+    stored = output.as_dict()
+    torch.testing.assert_close(stored["rm_scores"], torch.zeros(3))
+    message = stored["extra_fields"]["reward_extra_info"][FATAL_KEY]
+    assert "got 2 token rewards (shape (2,)) for a response of 3 tokens" in message
+    assert stored["extra_fields"]["reward_extra_info"]["scorer_failed"] == 1.0
+    assert FATAL_KEY not in info  # a copy: multi-output rows share the dict
 
 
 def test_http_scorer_round_robin_over_servers(tiny_model_dir, tokenizer):
@@ -223,12 +228,13 @@ def test_python_scorer_that_raises_gets_the_sentinel(tiny_model_dir, tokenizer):
     assert out["reward_score"] == [0.0] * len(rows[0]) and out["reward_extra_info"]["scorer_failed"] == 1.0
 
 
-def test_unknown_data_source_and_unknown_knob_are_clear_errors(tiny_model_dir, tokenizer):
+def test_unknown_data_source_carries_the_fatal_marker_and_unknown_knob_is_a_clear_error(tiny_model_dir, tokenizer):
     worker, _ = worker_for(tiny_model_dir)
-    data, _ = make_batch(tokenizer, RESPONSES[:1], data_source="nobody")
-    with pytest.raises(KeyError, match="no scorer for data_source='nobody'"):
-        asyncio.run(worker.compute_score_batch(data))
-    with pytest.raises(ValueError, match="unknown reward.reward_kwargs.bot keys"):
+    data, rows = make_batch(tokenizer, RESPONSES[:1], data_source="nobody")
+    (out,) = asyncio.run(worker.compute_score_batch(data))
+    assert out["reward_score"] == [0.0] * len(rows[0])
+    assert "no scorer for data_source='nobody'" in out["reward_extra_info"][FATAL_KEY]
+    with pytest.raises(VerlBotConfigError, match="unknown reward.reward_kwargs.bot keys"):
         worker_for(tiny_model_dir, "+reward.reward_kwargs.bot.w_lcoal=1")
 
 

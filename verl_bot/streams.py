@@ -1,4 +1,4 @@
-"""Named per-token reward streams next to the composed token rewards (ARCHITECTURE.md, "what comes next").
+"""Named per-token reward streams next to the composed token rewards (the carrier for estimators such as PURE).
 
 `token_level_rewards` holds ONE summed vector `r_t = w_g * G + w_s * S_t`. Some
 estimators need the parts apart: PURE wants the process signal per step and
@@ -21,21 +21,19 @@ runs carry nothing extra):
 1. the manager returns `reward_score = {"token_rewards": [...], "streams": {name: [...]}}`;
 2. `verl_bot.dense` stores `token_rewards` as `rm_scores` and each stream as a
    TransferQueue field `bot_stream_<name>` of the trajectory;
-3. a wrapper of the v1 trainer's `PPOTrainer._compute_advantage` fetches the
-   declared fields for the batch, pads them like verl pads `rm_scores`, and
-   makes them the active streams while verl's own method runs;
+3. `verl_bot.hooks.compute_advantage` (a wrapper of the v1 trainer's
+   `PPOTrainer._compute_advantage`) fetches the declared fields for the batch,
+   pads them like verl pads `rm_scores`, and puts them in the active batch
+   context (`verl_bot.context`) while verl's own method runs;
 4. the estimator's verl adapter reads them with `active_streams(...)`.
 
-A new stream-consuming estimator is one pure tensor function plus
-`declare_streams(name, (...))` and its registration (see `verl_bot.advantage`).
+A new stream-consuming estimator is one pure tensor function plus its row in
+`verl_bot.advantage.ESTIMATORS` (which declares its streams here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import functools
-import logging
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,18 +42,15 @@ from typing import Any
 import numpy as np
 import torch
 
-logger = logging.getLogger("verl_bot")
+from verl_bot.context import BatchContext, current, use_context
+from verl_bot.errors import VerlBotConfigError
 
 STREAMS = ("global", "local", "step_end", "outcome")
 FIELD_PREFIX = "bot_stream_"
 OUTCOME_KEYS = ("solved", "correct", "compiled")
-PATCHED_ATTR = "__verl_bot_streams__"
 
 _STEP_SEPARATOR = re.compile(r"\n\n+")
 _consumers: dict[str, tuple[str, ...]] = {}
-_active: contextvars.ContextVar[dict[str, torch.Tensor] | None] = contextvars.ContextVar(
-    "verl_bot_streams", default=None
-)
 
 
 class StreamsUnavailable(RuntimeError):
@@ -66,11 +61,12 @@ class StreamsUnavailable(RuntimeError):
 
 
 def declare_streams(estimator: str, names: Sequence[str]) -> None:
-    """Record that `estimator` reads the streams `names` (a subset of STREAMS)."""
+    """Record that `estimator` reads the streams `names` (a subset of STREAMS); an empty `names` records none."""
     unknown = set(names) - set(STREAMS)
     if unknown:
         raise ValueError(f"unknown reward streams {sorted(unknown)}; known: {STREAMS}")
-    _consumers[estimator] = tuple(names)
+    if names:
+        _consumers[estimator] = tuple(names)
 
 
 def streams_for(estimator: Any) -> tuple[str, ...]:
@@ -146,7 +142,7 @@ def token_streams(
     return {name: builders[name]().tolist() for name in names}
 
 
-# ---- carrying them: trajectory fields (used by verl_bot.dense) ----------------------------------
+# ---- carrying them: trajectory fields (used by verl_bot.hooks.agent_loop_output) ----------------------------------
 
 
 def stream_fields(streams: Mapping[str, Sequence[float]], length: int) -> dict[str, torch.Tensor]:
@@ -155,7 +151,9 @@ def stream_fields(streams: Mapping[str, Sequence[float]], length: int) -> dict[s
     for name, values in streams.items():
         row = torch.as_tensor(list(values), dtype=torch.float32)
         if row.dim() != 1 or row.numel() != length:
-            raise ValueError(f"verl-bot reward stream {name!r}: {row.numel()} values for {length} response tokens")
+            raise VerlBotConfigError(
+                f"verl-bot reward stream {name!r}: {row.numel()} values for a response of {length} tokens"
+            )
         fields[FIELD_PREFIX + name] = row
     return fields
 
@@ -165,18 +163,17 @@ def stream_fields(streams: Mapping[str, Sequence[float]], length: int) -> dict[s
 
 @contextlib.contextmanager
 def use_streams(streams: Mapping[str, torch.Tensor]) -> Iterator[None]:
-    """Make `streams` (name -> (B, T) tensor, rows in the batch's order) the active streams inside the block."""
-    token = _active.set(dict(streams))
-    try:
+    """Make `streams` (name -> (B, T) tensor, rows in the batch's order) the active streams inside the block
+    (a batch context holding only them: for tests and scripts that call an estimator directly)."""
+    with use_context(BatchContext(streams=dict(streams))):
         yield
-    finally:
-        _active.reset(token)
 
 
 def active_streams(estimator: str, names: Sequence[str], response_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """The active streams `names`, each (B, T) like `response_mask`, on its device; a clear error otherwise."""
-    streams = _active.get()
-    if streams is None or any(name not in streams for name in names):
+    ctx = current()
+    streams = ctx.streams if ctx is not None else {}
+    if any(name not in streams for name in names):
         raise StreamsUnavailable(
             f"adv_estimator={estimator} needs the reward streams {list(names)} of verl-bot's `bot` reward manager "
             "(reward.reward_manager.name=bot, token_level true); they reach the estimator through verl's v1 trainer "
@@ -191,52 +188,3 @@ def active_streams(estimator: str, names: Sequence[str], response_mask: torch.Te
             )
         out[name] = tensor.to(response_mask.device)
     return out
-
-
-def fetch_streams(batch: Any, names: Sequence[str]) -> dict[str, torch.Tensor]:
-    """Read the streams `names` of a v1 trainer batch (KVBatchMeta) from TransferQueue, right-padded (B, T)."""
-    import transfer_queue as tq
-
-    fields = [FIELD_PREFIX + name for name in names]
-    try:
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        padded = data.to_padded_tensor()
-    except Exception as exc:  # noqa: BLE001 - a missing field surfaces as backend-specific errors
-        raise StreamsUnavailable(
-            f"the batch has no reward streams {fields} ({type(exc).__name__}: {exc}). They are written by "
-            "verl-bot's `bot` reward manager (reward.reward_manager.name=bot) on the agent-loop reward path; "
-            "a colocated reward model (reward.reward_model.enable=true) does not carry them"
-        ) from exc
-    return {name: padded[FIELD_PREFIX + name] for name in names}
-
-
-def _wrap_compute_advantage(original):
-    @functools.wraps(original)
-    def _compute_advantage(self, batch, metrics, *args, **kwargs):
-        estimator = self.config.algorithm.adv_estimator
-        names = streams_for(estimator)
-        if not names:
-            return original(self, batch, metrics, *args, **kwargs)
-        if self.config.algorithm.get("use_kl_in_reward", False):
-            raise ValueError(
-                f"adv_estimator={estimator} builds its returns from the reward streams, so "
-                "algorithm.use_kl_in_reward=True would be ignored; use the actor's KL loss "
-                "(actor_rollout_ref.actor.use_kl_loss=True) instead"
-            )
-        with use_streams(fetch_streams(batch, names)):
-            return original(self, batch, metrics, *args, **kwargs)
-
-    setattr(_compute_advantage, PATCHED_ATTR, True)
-    return _compute_advantage
-
-
-def install() -> list[str]:
-    """Wrap the v1 trainer's `PPOTrainer._compute_advantage` (idempotent); returns the wrapped method's name."""
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-
-    from verl_bot.dense import check_signature
-
-    check_signature(PPOTrainer._compute_advantage, ["self", "batch", "metrics"], "PPOTrainer._compute_advantage")
-    if not getattr(PPOTrainer._compute_advantage, PATCHED_ATTR, False):
-        PPOTrainer._compute_advantage = _wrap_compute_advantage(PPOTrainer._compute_advantage)
-    return ["PPOTrainer._compute_advantage"]

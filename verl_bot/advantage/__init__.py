@@ -1,6 +1,41 @@
-"""Advantage estimators: pure tensor functions, one module per method, registered in verl here."""
+"""Advantage estimators: pure tensor functions, one module per method; their table and registration in verl.
+
+`ESTIMATORS` says, per estimator, what it reads besides verl's registry arguments:
+`streams` (named reward streams of the `bot` manager, `verl_bot.streams`) and
+`token_level` (it reads the dense per-token rewards of the `bot` manager, so a
+scalar reward on the last token, or KL folded into the rewards, would make its
+advantages meaningless: the start-up checks refuse both). A new estimator is a
+pure function in its own module plus one row here.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from verl_bot.advantage import pure
+from verl_bot.advantage.bot import compute_bot_advantage
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """What a verl-bot estimator needs: its verl adapter, the reward streams it reads, dense token rewards."""
+
+    fn: Callable[..., Any]
+    streams: tuple[str, ...] = ()
+    token_level: bool = True
+
+
+ESTIMATORS: dict[str, EstimatorSpec] = {
+    "bot": EstimatorSpec(compute_bot_advantage),
+    "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
+}
+
+
+def estimator_spec(name: Any) -> EstimatorSpec | None:
+    """The spec of verl-bot's estimator `name` (a string or verl's enum), None for verl's own estimators."""
+    return ESTIMATORS.get(str(getattr(name, "value", name)))
 
 
 def register_estimators() -> list[str]:
@@ -10,12 +45,9 @@ def register_estimators() -> list[str]:
     """
     from verl.trainer.ppo import core_algos
 
-    from verl_bot.advantage import pure
-    from verl_bot.advantage.bot import compute_bot_advantage
     from verl_bot.streams import declare_streams
 
-    estimators = {"bot": compute_bot_advantage, "pure": pure.compute_pure_advantage}
-    declare_streams("pure", pure.STREAMS)
-    for name, fn in estimators.items():
-        core_algos.register_adv_est(name)(fn)
-    return sorted(estimators)
+    for name, spec in ESTIMATORS.items():
+        declare_streams(name, spec.streams)
+        core_algos.register_adv_est(name)(spec.fn)
+    return sorted(ESTIMATORS)

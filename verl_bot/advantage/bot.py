@@ -26,7 +26,9 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
-from verl_bot.advantage.common import group_sum, raise_for_rows
+from verl_bot.advantage.common import group_sum, last_token_index, raise_for_rows
+from verl_bot.context import current, report_metrics
+from verl_bot.errors import VerlBotConfigError
 
 DEFAULT_EPSILON = 1e-6
 
@@ -153,6 +155,28 @@ def _standardize(rewards, response_mask, groups: _Groups, epsilon, norm_by_std, 
     return centered.mul_(scale_g.to(work_dtype)[group][:, None]), sq_sum
 
 
+def scalar_layout(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> bool:
+    """True when every non-zero reward of the batch sits on its row's last valid token (and one does).
+
+    That is the layout of a scalar reward manager (verl's `naive`, `dapo`: one score per response on its
+    last token), where BoT-GRPO would standardize each last token against a bag of zeros. Exact: a row's
+    sum of squares equals its last reward squared iff its other rewards are all 0.
+
+    Args:
+        token_level_rewards: (B, T). response_mask: (B, T).
+    """
+    rows = torch.arange(token_level_rewards.shape[0], device=token_level_rewards.device)
+    last = token_level_rewards[rows, last_token_index(response_mask)].double()
+    last = torch.where(response_mask.sum(dim=1) > 0, last, 0.0)
+    squares = torch.linalg.vecdot(token_level_rewards, token_level_rewards).double()
+    return bool((last != 0).any()) and bool((squares == last * last).all())
+
+
+def broadcast_row_sums(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's summed reward on every valid token ((B, T) -> (B, T), 0 on padding): Eq. 4 with S = 0."""
+    return (token_level_rewards * response_mask).sum(dim=1, keepdim=True) * response_mask
+
+
 def compute_bot_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -163,9 +187,15 @@ def compute_bot_advantage(
     """verl adapter for `bot_advantage` (registered as `algorithm.adv_estimator=bot`).
 
     Reads from the `algorithm` config: `bot_epsilon` (default 1e-6; set with
-    `+algorithm.bot_epsilon=...`) and verl's own `norm_adv_by_std_in_grpo`
-    (default True; False switches std scaling off). Extra keyword arguments
-    from verl are accepted and ignored.
+    `+algorithm.bot_epsilon=...`), verl's own `norm_adv_by_std_in_grpo`
+    (default True; False switches std scaling off) and `bot_broadcast_scalar`
+    (default False; True spreads each response's summed reward over its tokens
+    first: for scalar reward managers, it makes `bot` GRPO with the population std).
+    Without that knob, scalar rewards (`scalar_layout`) are refused with a clear
+    error, unless verl-bot's own manager produced them (its G is on every token).
+    Extra keyword arguments from verl are accepted and ignored.
+
+    Reports `bot/adv_abs_max` to the step's metrics (`verl_bot.context`).
 
     Args:
         token_level_rewards: (B, T). response_mask: (B, T). index: (B,) uids.
@@ -176,5 +206,22 @@ def compute_bot_advantage(
     get = config.get if config is not None else (lambda key, default=None: default)
     epsilon = float(get("bot_epsilon", DEFAULT_EPSILON))
     norm_by_std = bool(get("norm_adv_by_std_in_grpo", True))
-    advantages = bot_advantage(token_level_rewards, response_mask, index, epsilon=epsilon, norm_by_std=norm_by_std)
+    rewards = token_level_rewards
+    if get("bot_broadcast_scalar", False):
+        rewards = broadcast_row_sums(rewards, response_mask)
+    elif not _from_bot_manager() and scalar_layout(rewards, response_mask):
+        raise VerlBotConfigError(
+            "adv_estimator=bot got one scalar reward per response (every non-zero reward sits on the last token, "
+            "as verl's naive/dapo managers write it): use reward.reward_manager.name=bot (G on every token), or "
+            "+algorithm.bot_broadcast_scalar=true to spread each scalar over its tokens (GRPO, population std)"
+        )
+    advantages = bot_advantage(rewards, response_mask, index, epsilon=epsilon, norm_by_std=norm_by_std)
+    if current() is not None:  # in verl's trainer: the step's diagnostics (padding is 0)
+        report_metrics({"bot/adv_abs_max": float(torch.linalg.vector_norm(advantages, float("inf")))})
     return advantages, advantages
+
+
+def _from_bot_manager() -> bool:
+    """True when the active batch's rewards come from verl-bot's manager with dense rewards."""
+    ctx = current()
+    return ctx is not None and ctx.dense_rewards

@@ -16,3 +16,9 @@ def raise_for_rows(what: str, bad_rows: torch.Tensor, index, hint: str = "") -> 
         rows = bad_rows.nonzero().flatten().tolist()
         uids = sorted({str(index[r]) for r in rows})
         raise ValueError(f"{what} in {len(rows)} response(s), rows {rows[:8]}, uid(s) {uids[:8]}{hint}")
+
+
+def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) index of each row's last valid token (0 for rows without any); response_mask: (B, T)."""
+    width = response_mask.shape[1]
+    return width - 1 - (response_mask != 0).flip(1).to(torch.uint8).argmax(dim=1)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
-from verl_bot.advantage.common import group_sum, raise_for_rows
+from verl_bot.advantage.common import group_sum, last_token_index, raise_for_rows
 from verl_bot.streams import active_streams
 
 DEFAULT_TEMPERATURE = 0.1
@@ -41,12 +41,6 @@ STREAMS = ("local", "step_end", "outcome")
 def _leave_one_out_sum(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
     """sum_{j != i, same group} values_j for each row i: (N,) -> (N,)."""
     return group_sum(values, group, num_groups)[group] - values
-
-
-def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:
-    """(B,) index of each row's last valid token (0 for rows without any); response_mask: (B, T)."""
-    width = response_mask.shape[1]
-    return width - 1 - (response_mask != 0).flip(1).to(torch.uint8).argmax(dim=1)
 
 
 @torch.no_grad()

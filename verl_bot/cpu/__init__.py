@@ -31,19 +31,11 @@ Registrations through verl's public extension points:
    (`verl_bot/cpu/hf_rollout.py`): the rollout server (a Ray actor running
    `transformers.generate`), selected with `actor_rollout_ref.rollout.name=hf`.
 
-Patches of verl internals (each narrow, applied only when selected, and only
-on verl == 0.9.1; any other version raises `RuntimeError`):
+Changes of verl internals, each narrow, applied only when selected, and only
+on verl == 0.9.1 (any other version raises `RuntimeError`): P1, P2 and P5 are
+listed with their reasons in `verl_bot.hooks.cpu_backend` (the home of every
+touch point with verl's internals); P3 and P4 are environment variables:
 
-P1. `verl.workers.rollout.base._ROLLOUT_REGISTRY[("hf", "async")]` is set to
-    `verl_bot.cpu.hf_rollout.HFServerAdapter`. verl builds the rollout object
-    inside its actor worker from this private dict (`get_rollout_class`),
-    which has no registration function; one new key, no existing key changed.
-P2. `verl.utils.distributed.initialize_global_process_group_ray.__defaults__`:
-    the default `backend` becomes `"cpu:gloo"` instead of `None`. verl builds
-    the backend as `f"cpu:gloo,{device}:{backend}"`, which for device `cpu`
-    is `"cpu:gloo,cpu:gloo"` and torch rejects ("Duplicate device type cpu").
-    Changing the default on the function object reaches every module that
-    imported the function by name; an explicit `backend=` still wins.
 P3. environment `VERL_ENGINE_DEVICE=cuda` (set only if unset): verl 0.9.1
     registers its FSDP training engine for devices cuda/npu only; this is
     verl's own documented override of the device used to pick the engine
@@ -62,9 +54,10 @@ import logging
 import os
 from pathlib import Path
 
+from verl_bot.compat import SUPPORTED_VERL
+
 logger = logging.getLogger("verl_bot")
 
-SUPPORTED_VERL = "0.9.1"
 SELECT_ENV = "VERL_PLATFORM"
 PLATFORM_NAME = "cpu"
 OVERRIDES_FILE = Path(__file__).with_name("overrides.txt")
@@ -144,25 +137,16 @@ def register_cpu_backend() -> list[str]:
         PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
     done.append("platform:cpu")
 
-    import verl.utils.distributed as vdist
-
-    fn = vdist.initialize_global_process_group_ray
-    if fn.__defaults__ != (None, "cpu:gloo"):
-        if fn.__defaults__ != (None, None):
-            raise RuntimeError(f"unexpected defaults of initialize_global_process_group_ray: {fn.__defaults__}")
-        fn.__defaults__ = (None, "cpu:gloo")
-    done.append("patch:initialize_global_process_group_ray.backend=cpu:gloo")
-
     # verl_bot.cpu.hf_rollout is imported lazily (by verl, when rollout.name=hf is used), never here: a Ray
     # worker whose first import is that module (to unpickle the server class) imports verl, which loads this
     # plugin; importing the half-initialised module from here would fail.
-    from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from verl_bot.hooks import cpu_backend
 
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
     done.append("rollout_replica:hf")
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "verl_bot.cpu.hf_rollout.HFServerAdapter"
-    done.append("patch:_ROLLOUT_REGISTRY[hf,async]")
+    done.extend(f"patch:{name}" for name in cpu_backend.install())
 
     _done = done
     logger.info("verl-bot CPU backend registered (pid %d): %s", os.getpid(), ", ".join(done))

@@ -2,7 +2,7 @@
 
 - :func:`compile_rate_figure`: a training metric (default ``reward/solved/mean``, the per-step share of rollouts
   the reward server judged compiled/correct) over training steps, one line per run, read from the JSONL that
-  verl's ``file`` logger writes (``training_report.read_metric``; drawn by :func:`plot_runs`).
+  verl's ``file`` logger writes (``records.read_metric``; drawn by :func:`plot_runs`).
 - :func:`winrate_figure`: one horizontal bar per comparison (winrate JSON), split into A wins / ties / B wins,
   with the win rate written next to it.
 - :func:`passk_figure`: pass@k over k (log2 axis), one line per run (passk JSON).
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verl_bot.eval.records import EvalError
+from verl_bot.eval.records import EvalError, read_metric
 
 
 def _pyplot():
@@ -49,7 +49,6 @@ def compile_rate_figure(
 
     ``ylabel`` default: "compile rate" for ``reward/solved/mean``, else the metric key.
     """
-    from verl_bot.eval.training_report import read_metric
 
     curves = {}
     for name, path in runs.items():

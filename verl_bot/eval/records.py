@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+SCORE_METRIC = "reward/score/mean"  # the mean global score G of a training step (verl's file logger)
 ROW_KEYS = ("prompt_index", "sample_index", "data_source", "prompt", "response", "ground_truth")
 
 
@@ -93,3 +94,14 @@ def group_by_prompt(rows: Iterable[dict]) -> dict[int, list[dict]]:
     for row in rows:
         groups.setdefault(int(row["prompt_index"]), []).append(row)
     return {k: sorted(groups[k], key=lambda r: int(r["sample_index"])) for k in sorted(groups)}
+
+
+def read_metric(metrics_file: Path, key: str = SCORE_METRIC) -> tuple[list[int], list[float]]:
+    """(steps, values) of one metric from a verl file-logger JSONL."""
+    steps, values = [], []
+    for line in metrics_file.read_text().splitlines():
+        record = json.loads(line)
+        if key in record.get("data", {}):
+            steps.append(int(record["step"]))
+            values.append(float(record["data"][key]))
+    return steps, values

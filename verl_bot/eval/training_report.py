@@ -29,22 +29,10 @@ import torch
 
 from verl_bot.advantage.bot import bot_advantage
 from verl_bot.eval.figures import plot_runs
+from verl_bot.eval.records import read_metric
 from verl_bot.rewards.scorers import build_scorer
 from verl_bot.rewards.spans import token_char_spans
 from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
-
-SCORE_METRIC = "reward/score/mean"
-
-
-def read_metric(metrics_file: Path, key: str = SCORE_METRIC) -> tuple[list[int], list[float]]:
-    """(steps, values) of one metric from a verl file-logger JSONL."""
-    steps, values = [], []
-    for line in metrics_file.read_text().splitlines():
-        record = json.loads(line)
-        if key in record.get("data", {}):
-            steps.append(int(record["step"]))
-            values.append(float(record["data"][key]))
-    return steps, values
 
 
 def _colour(value: float, scale: float) -> str:

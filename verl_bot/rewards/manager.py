@@ -5,30 +5,42 @@ scorer chosen by the row's `data_source`, then composes
 `r_t = w_g * G + w_s * S_t` over the response tokens and returns the vector as
 `reward_score` (`verl_bot.dense` carries it into `token_level_rewards`).
 
-Knobs, under `reward.reward_kwargs.bot` (add them with `+reward.reward_kwargs.bot.KEY=VALUE`):
+Knobs, under `reward.reward_kwargs.bot` (add them with `+reward.reward_kwargs.bot.KEY=VALUE`;
+defaults in `verl_bot.rewards.settings`):
 
-    w_global       1.0    w_g, weight of the global score G on every token
-    w_local        1.0    w_s, weight of the local signal S_t
-    scorers        {}     data_source -> scorer spec (see verl_bot.rewards.scorers);
-                          built in: toy_lint -> builtin:toy_lint
-    timeout_s      120    per scorer call (HTTP total timeout / in-process wait)
-    retries        2      extra HTTP attempts (round-robin over the URLs, backoff)
-    failure_score  0.0    sentinel G when a scorer raises, times out or answers
-                          garbage; S = 0 then, and `scorer_failed` = 1 in the metrics
-    token_level    true   false: return only w_g * G as one scalar, which verl puts on
-                          the last token (its stock layout): the global-reward-only
-                          input of the GRPO/GSPO/DAPO baselines, same scorers
+    w_global          1.0   w_g, weight of the global score G on every token
+    w_local           1.0   w_s, weight of the local signal S_t
+    local_clip        1.0   |S_t| is clipped to this bound per token (the paper's "bounded S"); 0 = no clip
+    scorers           {}    data_source -> scorer spec (see verl_bot.rewards.scorers);
+                            built in: toy_lint -> builtin:toy_lint
+    timeout_s         120   per scorer call (HTTP total timeout / in-process wait)
+    retries           2     extra HTTP attempts (round-robin over the URLs, backoff)
+    failure_score     0.0   G reported for a rollout whose scorer failed (raised, timed out,
+                            answered garbage); S = 0, `scorer_failed` = 1, and the rollout takes
+                            no part in training (advantage 0: verl_bot.hooks.multi_trajectory)
+    max_failure_rate  0.5   the run stops when more than this share of a step's rollouts
+    failure_patience  3     ... failed, this many steps in a row (verl_bot.hooks.compute_advantage)
+    token_level       true  false: return only w_g * G as one scalar, which verl puts on
+                            the last token (its stock layout): the global-reward-only
+                            input of the GRPO/GSPO/DAPO baselines, same scorers
 
 DAPO's overlong shaping reads verl's own keys, as verl's `dapo` manager does:
 `+reward.reward_kwargs.overlong_buffer_cfg.{enable,len,penalty_factor}` and
 `+reward.reward_kwargs.max_resp_len`; the penalty is added to G (`overlong_penalty`).
 
 `reward_extra_info` of every response: `score` (G, shaping included), every part
-of G by name, `scorer_failed` and `scorer_error` (0/1), `solved` (1/0: the
-verdict's `info.solved`, `info.correct` for math, `info.compiled` for React;
-absent when the scorer reports none of them) and `overlong` when the shaping is
-on -> verl metrics `reward/<key>/mean` (`reward/solved/mean`: the compile rate
-or the accuracy of the step's rollouts).
+of G by name, `scorer_failed` and `scorer_error` (0/1), `scorer_error_msg` (the
+failure's message, "" if none), `flags` (the verdict's flags, comma-joined), and
+`solved` and `acc` (1/0: the verdict's `info.solved`, `info.correct` for math,
+`info.compiled` for React; absent when the scorer reports none of them; 0 for a
+failed scorer) and `overlong` when the shaping is on -> verl metrics
+`reward/<key>/mean` and `reward/flag/<name>/mean` (`verl_bot.rewards.metrics`);
+`acc` makes verl's `val-core/<data_source>/acc/mean@N` the accuracy / compile rate.
+
+A configuration error (no scorer for the row's `data_source`, a reward server
+refusing the credentials) is not raised here (verl would tag the group failed
+and train on): the response gets a zero reward carrying the
+`verl_bot.errors.FATAL_KEY` marker, which stops the run (`verl_bot.errors`).
 
 When `algorithm.adv_estimator` reads named reward streams (`pure`), `reward_score`
 also carries them: `verl_bot.streams`.
@@ -41,37 +53,19 @@ import logging
 import math
 from typing import Any
 
+import numpy as np
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from verl_bot.dense import assemble_dense_rm_scores
-from verl_bot.rewards.scorers import build_scorers
+from verl_bot.errors import FATAL_KEY, VerlBotConfigError
+from verl_bot.rewards.metrics import FLAGS_KEY
+from verl_bot.rewards.scorers import ScorerNotConfigured, build_scorers
+from verl_bot.rewards.settings import manager_settings
 from verl_bot.rewards.spans import token_char_spans
 from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
 from verl_bot.streams import streams_for, token_streams, verdict_outcome
 
 logger = logging.getLogger("verl_bot")
-
-DEFAULTS = {
-    "w_global": 1.0,
-    "w_local": 1.0,
-    "timeout_s": 120.0,
-    "retries": 2,
-    "failure_score": 0.0,
-    "token_level": True,
-}
-
-
-def manager_settings(config: Any) -> dict[str, Any]:
-    """The `bot` manager's knobs: DEFAULTS overridden by `config.reward.reward_kwargs.bot`."""
-    reward_kwargs = (config.get("reward") or {}).get("reward_kwargs") or {}
-    user = dict(reward_kwargs.get("bot") or {})
-    unknown = set(user) - set(DEFAULTS) - {"scorers"}
-    if unknown:
-        raise ValueError(f"unknown reward.reward_kwargs.bot keys {sorted(unknown)}; known: {sorted(DEFAULTS)}+scorers")
-    settings = {**DEFAULTS, **user}
-    settings["scorers"] = dict(user.get("scorers") or {})
-    return settings
 
 
 def overlong_penalty(length: int, max_resp_len: int, buffer_len: int, penalty_factor: float = 1.0) -> float:
@@ -94,6 +88,11 @@ def overlong_settings(config: Any) -> tuple[int, int, float] | None:
             f"got max_resp_len={max_resp_len}, len={buffer_len}"
         )
     return int(max_resp_len), buffer_len, float(buffer_cfg.get("penalty_factor", 1.0))
+
+
+def clip_local(local: np.ndarray, bound: float) -> np.ndarray:
+    """S_t clipped to [-bound, bound] per token ((n,) -> (n,)); bound 0 leaves S as it is."""
+    return np.clip(local, -bound, bound) if bound > 0 else local
 
 
 def _prompt_text(item: Any, tokenizer: Any) -> str:
@@ -121,29 +120,42 @@ class BoTRewardManager(RewardManagerBase):
             self.settings["scorers"], timeout_s=self.settings["timeout_s"], retries=self.settings["retries"]
         )
 
-    @classmethod
-    def assemble_rm_scores(cls, data: DataProto, scores: list) -> Any:
-        """Dense `rm_scores` (B, T) for verl's colocated-reward-model path (see `verl_bot.dense`)."""
-        return assemble_dense_rm_scores(data, scores)
-
     def _scorer_for(self, data_source: str):
         if data_source not in self.scorers:
-            raise KeyError(
+            raise ScorerNotConfigured(
                 f"bot reward manager: no scorer for data_source={data_source!r}; configured: {sorted(self.scorers)}. "
                 f"Add +reward.reward_kwargs.bot.scorers.{data_source}=<builtin:NAME|python:MOD:FN|http://URL>"
             )
         return self.scorers[data_source]
 
-    async def _verdict(self, data_source: str, request: dict) -> tuple[dict, bool]:
-        """The scorer's validated verdict, or the failure sentinel; returns (verdict, failed)."""
+    async def _verdict(self, data_source: str, request: dict) -> tuple[dict, str | None]:
+        """The scorer's validated verdict, or the failure sentinel; returns (verdict, failure message or None).
+
+        A `VerlBotConfigError` (no scorer, credentials refused) is raised: no retry or sentinel can fix it.
+        """
         scorer = self._scorer_for(data_source)
         try:
             raw = await asyncio.wait_for(scorer.score(request), timeout=self.settings["timeout_s"])
-            return validate_verdict(raw), False
-        except Exception as exc:  # noqa: BLE001 - any scorer failure becomes the documented sentinel
-            logger.warning("scorer for %s failed (%s: %s); sentinel reward", data_source, type(exc).__name__, exc)
+            return validate_verdict(raw), None
+        except VerlBotConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any other scorer failure becomes the documented sentinel
+            message = f"{type(exc).__name__}: {exc}"
+            logger.warning("scorer for %s failed (%s); sentinel reward", data_source, message)
             sentinel = {"global": {"score": self.settings["failure_score"], "parts": {}}, "local": []}
-            return validate_verdict(sentinel), True
+            return validate_verdict(sentinel), message[:500]
+
+    def _fatal(self, message: str, length: int) -> dict:
+        """A zero reward carrying the marker that stops the run (`verl_bot.errors`)."""
+        logger.error("%s", message)
+        zeros = [0.0] * length
+        info = {FATAL_KEY: message, "scorer_failed": 1.0}
+        if not self.settings["token_level"]:
+            return {"reward_score": 0.0, "reward_extra_info": info}
+        if not self.streams:
+            return {"reward_score": zeros, "reward_extra_info": info}
+        streams = dict.fromkeys(self.streams, zeros)
+        return {"reward_score": {"token_rewards": zeros, "streams": streams}, "reward_extra_info": info}
 
     async def run_single(self, data: DataProto) -> dict:
         item = data[-1]  # for multi-output trajectories verl scores the last output
@@ -162,23 +174,28 @@ class BoTRewardManager(RewardManagerBase):
             "ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, dict) else None,
             "extra_info": dict(item.non_tensor_batch.get("extra_info") or {}),
         }
-        verdict, failed = await self._verdict(data_source, request)
+        try:
+            verdict, failure = await self._verdict(data_source, request)
+        except VerlBotConfigError as exc:
+            return self._fatal(str(exc), length)
         score = verdict["global"]["score"]
         extra = {
             **verdict["global"]["parts"],
-            "scorer_failed": float(failed),
+            "scorer_failed": float(failure is not None),
             "scorer_error": float(verdict["error"] is not None),
+            "scorer_error_msg": failure or "",
+            FLAGS_KEY: ",".join(verdict["flags"]),
         }
         if self.overlong is not None:
             extra["overlong"] = overlong_penalty(length, *self.overlong)
             score += extra["overlong"]
         extra["score"] = score
-        outcome = verdict_outcome(verdict, failed)
+        outcome = verdict_outcome(verdict, failure is not None)
         if not math.isnan(outcome):
-            extra["solved"] = outcome
+            extra["solved"] = extra["acc"] = outcome
         if not self.settings["token_level"]:
             return {"reward_score": self.settings["w_global"] * score, "reward_extra_info": extra}
-        local = local_token_values(verdict["local"], token_spans, len(text))
+        local = clip_local(local_token_values(verdict["local"], token_spans, len(text)), self.settings["local_clip"])
         token_rewards = compose_token_rewards(
             score, local, self.settings["w_global"], self.settings["w_local"]
         ).tolist()

@@ -4,9 +4,13 @@ A scorer is an object with `async score(item) -> verdict`, where `item` is one
 REWARD_API request item (`prompt`, `response`, `ground_truth`, `extra_info`)
 and the verdict is the REWARD_API response item. Two kinds:
 
-- `HttpScorer`: a reward server (REWARD_API.md) at one or several base URLs,
-  used round-robin (each request goes to the next URL; a failed request is
-  retried on the next one, with exponential backoff);
+- `HttpScorer`: a reward server (the REWARD_API contract) at one or several
+  base URLs, used round-robin (each request goes to the next URL; a failed
+  request is retried on the next one, with exponential backoff). When the
+  environment has `REWARD_SERVER_TOKEN` (the servers' own variable), it is
+  sent as a bearer token. A server that refuses the credentials (HTTP 401/403)
+  is a configuration error (`ScorerRefused`): it stops the run instead of
+  failing every rollout;
 - `PythonScorer`: an in-process function `fn(prompt, response, ground_truth,
   extra_info) -> verdict`, sync (run in a thread) or async.
 
@@ -23,18 +27,29 @@ import asyncio
 import importlib
 import inspect
 import itertools
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from verl_bot.errors import VerlBotConfigError
 from verl_bot.rewards.toy import toy_lint
 
 BUILTIN_SCORERS: dict[str, Callable[..., dict]] = {"toy_lint": toy_lint}
 # data_source -> scorer spec used when the config names no scorer for it
 DEFAULT_SCORERS: dict[str, str] = {"toy_lint": "builtin:toy_lint"}
+TOKEN_ENV = "REWARD_SERVER_TOKEN"  # the reward servers' bearer-token variable (reward_servers/common/service.py)
 
 
 class ScorerError(RuntimeError):
     """A scorer could not produce a verdict (raised, timed out, server unreachable, bad answer)."""
+
+
+class ScorerRefused(VerlBotConfigError):
+    """A reward server refused our credentials (HTTP 401/403): no retry can fix it, the run must stop."""
+
+
+class ScorerNotConfigured(VerlBotConfigError):
+    """No scorer serves a row's `data_source`."""
 
 
 class PythonScorer:
@@ -68,8 +83,17 @@ class HttpScorer:
         import aiohttp
 
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+            token = os.environ.get(TOKEN_ENV)
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers=headers
+            )
         async with self._session.post(f"{url}/score", json=payload) as resp:
+            if resp.status in (401, 403):
+                raise ScorerRefused(
+                    f"reward server {url}/score answered HTTP {resp.status} (credentials refused): set "
+                    f"{TOKEN_ENV} in the trainer's environment to the server's --token"
+                )
             if resp.status != 200:
                 body = (await resp.text())[:200]
                 raise ScorerError(f"{url}/score answered HTTP {resp.status}: {body}")
@@ -85,6 +109,8 @@ class HttpScorer:
                 if not isinstance(items, list) or len(items) != 1:
                     raise ScorerError(f"{url}/score returned {str(answer)[:200]!r}, expected one item")
                 return items[0]
+            except ScorerRefused:
+                raise
             except Exception as exc:  # noqa: BLE001 - every failure is retried, then reported as ScorerError
                 errors.append(f"{url}: {type(exc).__name__}: {exc}")
             if attempt < self.retries:
@@ -121,3 +147,9 @@ def build_scorers(specs: dict[str, Any], timeout_s: float = 120.0, retries: int 
     """data_source -> scorer, from the built-in defaults overridden by `specs`."""
     merged = {**DEFAULT_SCORERS, **dict(specs or {})}
     return {source: build_scorer(spec, timeout_s=timeout_s, retries=retries) for source, spec in merged.items()}
+
+
+def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> list[str]:
+    """The data sources among `sources` that no scorer serves (configured `scorers` or the built-in defaults)."""
+    known = {**DEFAULT_SCORERS, **dict(settings.get("scorers") or {})}
+    return [source for source in sources if source not in known]

@@ -1,0 +1,51 @@
+"""Every touch point of verl-bot with verl 0.9.1's internals, one module per wrapped verl method.
+
+A verl upgrade means reading this folder. Each module wraps one method or
+module function of verl (signature-checked by `_patch.wrap`, idempotent) and
+says in its docstring what it changes and why there:
+
+    agent_loop_output   AgentLoopOutput.as_dict              dense rm_scores rows, reward streams, fatal marker
+    compute_advantage   PPOTrainer._compute_advantage        batch context (streams, failed rows), failure-rate stop
+    multi_trajectory    trainer_base.compute_advantage_for_multi_trajectories
+                                                             failed rollouts out of their groups, advantage 0
+    compute_metrics     PPOTrainer._compute_metrics          reward/<key>/mean, reward/flag/<name>/mean
+    replay_buffer       ReplayBuffer(Async)._terminal_eviction_reasons
+                                                             a reward configuration error stops the run
+    validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight)
+    driver              sys.excepthook / atexit               the root cause is the driver's last line
+    cpu_backend         private rollout registry, process-group default, FSDP2 offload policy
+                                                             (only with VERL_PLATFORM=cpu, from verl_bot.cpu)
+
+Estimators, losses, the reward manager and the streams never import this
+folder; `verl_bot.plugin.register()` installs it after checking verl's version.
+"""
+
+from __future__ import annotations
+
+from verl_bot.hooks import (
+    agent_loop_output,
+    compute_advantage,
+    compute_metrics,
+    driver,
+    multi_trajectory,
+    replay_buffer,
+    validate_config,
+)
+
+TRAINER_HOOKS = (
+    agent_loop_output,
+    compute_advantage,
+    multi_trajectory,
+    compute_metrics,
+    replay_buffer,
+    validate_config,
+    driver,
+)
+
+
+def install() -> list[str]:
+    """Install every trainer hook (idempotent); returns the names of what was wrapped."""
+    from verl_bot.compat import check_verl_version
+
+    check_verl_version()
+    return [name for hook in TRAINER_HOOKS for name in hook.install()]

@@ -1,0 +1,82 @@
+"""The driver's last words: the root cause of a failed run is the last line it prints.
+
+Not a verl method but verl's driver (`python -m verl.trainer.main_ppo`): an
+error in the trainer reaches it as a `RayTaskError` wrapped around the original
+exception; Hydra 1.3 trims the traceback, and Ray's log monitor goes on
+printing worker lines after it, so the message that names the problem (say,
+the `data_source` without a scorer) ends up hundreds of lines above the end.
+`install()` (every process that imports verl; only a process that dies of an
+uncaught exception prints anything):
+
+- sets `HYDRA_FULL_ERROR=1` unless the user set it (Hydra re-raises instead of
+  trimming);
+- wraps `sys.excepthook`: the original prints the traceback, then the root cause
+  (the innermost `RayTaskError.cause` / `__cause__`) is remembered;
+- at exit (before Ray's own exit handler, which was registered first): shuts Ray
+  down, so no worker line follows, then prints
+  `verl-bot: run stopped: <Type>: <message>` on stderr.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+
+HYDRA_ENV = "HYDRA_FULL_ERROR"
+PREFIX = "verl-bot: run stopped:"
+_causes: list[BaseException] = []
+_installed = False
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost original error of `exc` (through Ray's `RayTaskError.cause` and `__cause__`)."""
+    seen = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = getattr(exc, "cause", None)
+        if not isinstance(inner, BaseException):
+            inner = exc.__cause__
+        if inner is None:
+            break
+        exc = inner
+    return exc
+
+
+def last_line(exc: BaseException) -> str:
+    """`verl-bot: run stopped: <Type>: <first line of the message>` of the root cause."""
+    cause = root_cause(exc)
+    message = str(cause).strip().splitlines()
+    return f"{PREFIX} {type(cause).__name__}: {message[0] if message else ''}".rstrip()
+
+
+def _make_excepthook(original):
+    def excepthook(exc_type, exc, tb):
+        original(exc_type, exc, tb)
+        if exc is not None and not isinstance(exc, KeyboardInterrupt | SystemExit):
+            _causes.append(exc)
+
+    return excepthook
+
+
+def _at_exit() -> None:
+    if not _causes:
+        return
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception:  # noqa: BLE001 - the message below matters more than a clean shutdown
+        pass
+    print(last_line(_causes[-1]), file=sys.stderr, flush=True)
+
+
+def install() -> list[str]:
+    global _installed
+    if not _installed:
+        os.environ.setdefault(HYDRA_ENV, "1")
+        sys.excepthook = _make_excepthook(sys.excepthook)
+        atexit.register(_at_exit)
+        _installed = True
+    return ["sys.excepthook(driver's last line)"]

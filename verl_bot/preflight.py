@@ -1,0 +1,133 @@
+"""Start-up checks of a run that uses verl-bot: what cannot work is refused before any model loads.
+
+`check_config(config)` runs on verl's fully composed config in the driver
+(`verl_bot.hooks.validate_config` calls it from verl's own `validate_config`,
+before Ray starts) and raises `VerlBotConfigError` with one line naming the
+problem and the fix. It does nothing for a run that uses neither verl-bot's
+reward manager nor one of its estimators.
+
+Refused:
+- `trainer.use_v1=false`: the legacy trainer bypasses TransferQueue and every
+  hook that carries dense rewards, streams and scorer failures;
+- a token-level estimator of verl-bot (`bot`, `pure`, ...) without dense token
+  rewards: another reward manager (one scalar on the last token) or the `bot`
+  manager with `token_level=false` (unless `+algorithm.bot_broadcast_scalar=true`
+  for `bot`: each response's scalar spread over its tokens, Eq. 4 with S = 0);
+- `algorithm.use_kl_in_reward=true` with such an estimator: the per-token KL
+  would be standardized like a reward (divided by a tied group's tiny std);
+  use the actor's KL loss (`actor_rollout_ref.actor.use_kl_loss=true`);
+- `reward.reward_model.enable=true` with the `bot` manager: verl's reward model
+  path bypasses the manager's scorers (serve the model behind a scorer instead);
+- a `data_source` of the local train/val parquet files that no scorer serves
+  (files that are not local parquet, and `data.custom_cls` datasets, are checked
+  when their rows are scored: `verl_bot.hooks.replay_buffer`);
+- unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
+  (an unknown builtin, a `python:` function that does not import).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from verl_bot.advantage import estimator_spec
+from verl_bot.errors import VerlBotConfigError
+from verl_bot.rewards.scorers import build_scorers, unscorable_sources
+from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
+
+BROADCAST_KEY = "bot_broadcast_scalar"
+
+
+def _files(spec: Any) -> list[str]:
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        return [spec]
+    return [str(f) for f in spec]
+
+
+def local_parquet_files(config: Any) -> list[str]:
+    """The train/val files of the run that are local parquet files (others cannot be read here)."""
+    data = config.get("data") or {}
+    custom = data.get("custom_cls") or {}
+    if custom.get("path"):
+        return []
+    files = _files(data.get("train_files")) + _files(data.get("val_files"))
+    paths = [os.path.expanduser(f) for f in files]
+    return [p for p in paths if p.endswith(".parquet") and os.path.isfile(p)]
+
+
+def data_sources(paths: Iterable[str]) -> dict[str, str]:
+    """data_source -> the first file it appears in, over the `data_source` columns of parquet files."""
+    import pyarrow.parquet as pq
+
+    found: dict[str, str] = {}
+    for path in paths:
+        schema = pq.read_schema(path)
+        if "data_source" not in schema.names:
+            continue
+        for source in pq.read_table(path, columns=["data_source"]).column("data_source").unique().to_pylist():
+            found.setdefault(str(source), path)
+    return found
+
+
+def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> str | None:
+    algorithm = config.get("algorithm") or {}
+    dense = settings is not None and bool(settings["token_level"])
+    if algorithm.get("use_kl_in_reward", False):
+        return (
+            f"algorithm.use_kl_in_reward=true with adv_estimator={estimator}: verl-bot would standardize the "
+            "per-token KL like a reward; set algorithm.use_kl_in_reward=false and use the actor's KL loss "
+            "(actor_rollout_ref.actor.use_kl_loss=true, actor_rollout_ref.actor.kl_loss_coef=...)"
+        )
+    if dense or (estimator == "bot" and algorithm.get(BROADCAST_KEY, False)):
+        return None
+    manager = ((config.get("reward") or {}).get("reward_manager") or {}).get("name")
+    where = "token_level=false" if settings is not None else f"reward.reward_manager.name={manager}"
+    return (
+        f"adv_estimator={estimator} needs a reward on every token, but {where} gives one scalar per response "
+        "(on its last token); set reward.reward_manager.name=bot with +reward.reward_kwargs.bot.token_level=true"
+        + (", or +algorithm.bot_broadcast_scalar=true to spread each scalar over its tokens" if estimator == "bot"
+           else "")
+    )
+
+
+def check_config(config: Any) -> None:
+    """Raise `VerlBotConfigError` (one line) for the first thing in `config` that cannot work with verl-bot."""
+    estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
+    spec = estimator_spec(estimator)
+    bot_manager = bot_manager_in_use(config)
+    if spec is None and not bot_manager:
+        return
+    if not config.trainer.get("use_v1", True):
+        raise VerlBotConfigError(
+            "verl-bot needs verl's v1 trainer (trainer.use_v1=true, the default): the legacy trainer bypasses "
+            "the plumbing that carries dense rewards, reward streams and scorer failures"
+        )
+    settings = manager_settings(config) if bot_manager else None
+    if spec is not None and spec.token_level:
+        problem = _token_level_problem(config, estimator, settings)
+        if problem:
+            raise VerlBotConfigError(problem)
+    if not bot_manager:
+        return
+    if ((config.get("reward") or {}).get("reward_model") or {}).get("enable", False):
+        raise VerlBotConfigError(
+            "reward.reward_model.enable=true with reward.reward_manager.name=bot: verl's reward-model path "
+            "bypasses the bot manager's scorers; serve the reward model behind a scorer (a REWARD_API server "
+            "or a python: function) and set reward.reward_model.enable=false"
+        )
+    try:
+        build_scorers(settings["scorers"], timeout_s=settings["timeout_s"], retries=settings["retries"])
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise VerlBotConfigError(f"reward.reward_kwargs.bot.scorers: {type(exc).__name__}: {exc}") from exc
+    sources = data_sources(local_parquet_files(config))
+    missing = unscorable_sources(sorted(sources), config, settings)
+    if missing:
+        first = missing[0]
+        raise VerlBotConfigError(
+            f"bot reward manager: no scorer for data_source={first!r} (in {sources[first]})"
+            + (f" nor {missing[1:]}" if len(missing) > 1 else "")
+            + f"; add +reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
+        )
