@@ -32,3 +32,24 @@ def compose_verl_config(overrides: list[str]):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def hf_server(model_dir: Path, response_length: int = 12, **rollout: object):
+    """verl-bot's CPU rollout server (`HFRolloutServer`) in this process, serving the model at `model_dir`."""
+    from omegaconf import OmegaConf
+    from verl.workers.config import RolloutConfig
+
+    from verl_bot.cpu.hf_rollout import HFRolloutServer
+
+    cfg = RolloutConfig(name="hf", prompt_length=64, response_length=response_length, calculate_log_probs=True,
+                        **rollout)
+    model_cfg = OmegaConf.create({"path": str(model_dir), "override_config": {"attn_implementation": "sdpa"}})
+    return HFRolloutServer(cfg, model_cfg)
+
+
+def prompt_ids(server, text: str) -> list[int]:
+    """The chat-formatted prompt ids of one user message, as verl's agent loop builds them."""
+    ids = server.model_config.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+    )
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)

@@ -15,6 +15,9 @@ import sys
 import pytest
 import torch
 
+from tests.conftest import hf_server
+from tests.conftest import prompt_ids as _prompt_ids
+
 PROBE_STATE = r"""
 import json, os
 import verl
@@ -135,21 +138,7 @@ def test_overrides_compose_with_verl_config():
 # ------------------------------------------------------------------ the rollout server, in this process
 @pytest.fixture(scope="module")
 def server(tiny_model_dir):
-    from omegaconf import OmegaConf
-    from verl.workers.config import RolloutConfig
-
-    from verl_bot.cpu.hf_rollout import HFRolloutServer
-
-    cfg = RolloutConfig(name="hf", prompt_length=64, response_length=12, calculate_log_probs=True)
-    model_cfg = OmegaConf.create({"path": str(tiny_model_dir), "override_config": {"attn_implementation": "sdpa"}})
-    return HFRolloutServer(cfg, model_cfg)
-
-
-def _prompt_ids(server, text: str) -> list[int]:
-    ids = server.model_config.tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-    )
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return hf_server(tiny_model_dir)
 
 
 def test_server_generate_batches_and_logprobs_match_forward(server):
@@ -175,6 +164,43 @@ def test_server_generate_batches_and_logprobs_match_forward(server):
             assert torch.allclose(ref, torch.tensor(o.log_probs), atol=1e-4), (ref, o.log_probs)
             eos = set(server.eos_token_ids)
             assert not eos.intersection(o.token_ids[:-1])  # stops at the first EOS
+
+
+def test_server_prompt_logprobs_match_a_teacher_forced_forward(server):
+    """`prompt_logprobs` requests (verl's teacher path: max_tokens 1, temperature 1), batched with different
+    lengths and with plain generation requests: entry j = log p(token j+1) of a direct forward, last entry a
+    dummy; top-k entries are the forward's k best; one new token with its log-prob; max_tokens > 1 generates."""
+    texts = ["hi", "write a much longer text please, thank you", "ok ok"]
+    seqs = [_prompt_ids(server, t) + [7, 9, 11][: i + 1] for i, t in enumerate(texts)]
+    probe = {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0, "detokenize": False, "logprobs": True}
+
+    async def run():
+        calls = [server.generate(s, dict(probe), f"p{i}") for i, s in enumerate(seqs)]
+        calls.append(server.generate(seqs[0], {**probe, "prompt_logprobs": 2}, "top"))
+        calls.append(server.generate(seqs[1], {**probe, "max_tokens": 3}, "long"))
+        calls.append(server.generate(seqs[2], {"temperature": 1.0, "logprobs": True}, "plain"))
+        return await asyncio.gather(*calls)
+
+    *outs, top, long, plain = asyncio.run(run())
+    for seq, out in zip(seqs, outs, strict=True):
+        with torch.no_grad():
+            ref = torch.log_softmax(server.model(torch.tensor([seq])).logits[0].float(), -1)  # [L, V]
+        lp = out.extra_fields["prompt_logprobs"]
+        assert len(lp) == len(seq) == len(out.extra_fields["prompt_ids"]) and lp[-1] == [0.0]
+        expected = ref[:-1].gather(-1, torch.tensor(seq[1:])[:, None])  # [L-1, 1]: token j+1 given tokens <= j
+        assert torch.allclose(torch.tensor(lp[:-1]), expected, atol=1e-5)
+        assert out.extra_fields["prompt_ids"][:-1] == [[t] for t in seq[1:]]
+        assert len(out.token_ids) == 1 and out.log_probs[0] == pytest.approx(float(ref[-1, out.token_ids[0]]), abs=1e-5)
+        if seq is seqs[0]:
+            values, ids = ref[:-1].topk(2, dim=-1)
+            assert torch.allclose(torch.tensor(top.extra_fields["prompt_logprobs"][:-1]), values, atol=1e-5)
+            assert top.extra_fields["prompt_ids"][:-1] == ids.tolist() and top.extra_fields["prompt_ids"][-1] == [0, 0]
+        if seq is seqs[1]:
+            assert torch.allclose(torch.tensor(long.extra_fields["prompt_logprobs"][:-1]), expected, atol=1e-5)
+            assert 1 <= len(long.token_ids) <= 3
+    assert "prompt_logprobs" not in plain.extra_fields and len(plain.token_ids) >= 1
+    with pytest.raises(ValueError, match="no room"):
+        asyncio.run(server.generate([5] * server.max_model_len, dict(probe), "too_long"))
 
 
 def test_server_weight_update_changes_version_checksum_and_outputs(server, tmp_path, monkeypatch):

@@ -11,7 +11,10 @@ registries (selected with `actor_rollout_ref.rollout.name=hf`):
   the temperature-scaled distribution, `log_softmax(logits / T)`, which is
   what verl's actor computes; top-k/top-p truncation is not renormalised
   in). Concurrent requests with the same sampling settings are batched
-  into one `model.generate` call (left padding). `VERL_BOT_HF_ROLLOUT_THREADS`
+  into one `model.generate` call (left padding). Requests with
+  `prompt_logprobs` (verl's distillation teacher path, GRPO-VPS's belief
+  probes) get them as vLLM returns them, from one teacher-forced forward
+  (`_score_batch`). `VERL_BOT_HF_ROLLOUT_THREADS`
   sets the server's torch threads (default: torch's own choice).
 - `HFReplica`: verl's `RolloutReplica` for it (hybrid mode: one server per
   replica of trainer ranks); registered in `RolloutReplicaRegistry`.
@@ -140,7 +143,8 @@ class HFRolloutServer:
         self.eos_token_ids = sorted(eos)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = pad if pad is not None else (self.eos_token_ids[0] if self.eos_token_ids else 0)
-        self.max_model_len = self.config.max_model_len or (self.config.prompt_length + self.config.response_length)
+        # as verl's vLLM server: the configured max_model_len, else the model's own context length
+        self.max_model_len = int(self.config.max_model_len or self.model.config.max_position_embeddings)
         self.max_batch = max(1, int(self.config.max_num_seqs or 64))
 
         self.weight_version = 0
@@ -254,6 +258,7 @@ class HFRolloutServer:
             float(params.get("repetition_penalty", 1.0) or 1.0),
             bool(params.get("logprobs", False)),
             bool(params.get("ignore_eos", self.config.ignore_eos)),
+            None if params.get("prompt_logprobs") is None else int(params["prompt_logprobs"]),
         )
         loop = asyncio.get_running_loop()
         if self._queue is None or self._loop is not loop:  # one batcher per event loop (Ray's actor loop: one)
@@ -274,8 +279,9 @@ class HFRolloutServer:
             for req in batch:
                 groups.setdefault(req.key, []).append(req)
             for key, reqs in groups.items():
+                run = self._generate_batch if key[-1] is None else self._score_batch
                 try:
-                    outputs = await asyncio.to_thread(self._generate_batch, reqs, key)
+                    outputs = await asyncio.to_thread(run, reqs, key)
                 except Exception as e:  # hand the error to every waiting request, keep serving
                     for r in reqs:
                         if not r.future.done():
@@ -296,7 +302,7 @@ class HFRolloutServer:
         """
         from transformers import GenerationConfig
 
-        temperature, top_p, top_k, rep, want_logprobs, ignore_eos = key
+        temperature, top_p, top_k, rep, want_logprobs, ignore_eos, _ = key
         bsz = len(reqs)
         length = max(len(r.prompt_ids) for r in reqs)
         input_ids = torch.full((bsz, length), self.pad_token_id, dtype=torch.long)
@@ -348,6 +354,83 @@ class HFRolloutServer:
             )
         self.num_requests += bsz
         return results
+
+    @torch.no_grad()
+    def _score_batch(self, reqs: list[_Request], key: tuple) -> list[TokenOutput]:
+        """Requests with `prompt_logprobs`: one teacher-forced forward over the right-padded prompts [B, L].
+
+        Returns vLLM's layout (verl's `extract_prompt_logprobs`) in `extra_fields`: `prompt_logprobs` and
+        `prompt_ids`, one entry per prompt token; entry j holds, for prompt_logprobs=0, the log-prob of token j + 1
+        and that token, for k > 0 the top-k log-probs and their tokens (best first); the last entry is a dummy
+        (zeros). Log-probs are the model's raw ones (temperature 1), as vLLM's. With max_tokens 1 (verl's teacher
+        path) the one new token is drawn from the same forward's last logits under the request's sampling
+        settings; longer requests also go through `_generate_batch`.
+        """
+        temperature, top_p, top_k, rep, want_logprobs, ignore_eos, k = key
+        bsz = len(reqs)
+        length = max(len(r.prompt_ids) for r in reqs)
+        input_ids = torch.full((bsz, length), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((bsz, length), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            input_ids[i, : len(r.prompt_ids)] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            attention_mask[i, : len(r.prompt_ids)] = 1
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, L, V]
+        width = max(k, 1)
+        extras = []
+        for i, r in enumerate(reqs):
+            n = len(r.prompt_ids)
+            logp = torch.log_softmax(logits[i, : n - 1].float(), dim=-1)  # [n-1, V]: predicts tokens 1..n-1
+            if k == 0:
+                ids = input_ids[i, 1:n, None]
+                values = logp.gather(-1, ids)
+            else:
+                values, ids = logp.topk(k, dim=-1)
+            extras.append(
+                {
+                    "prompt_logprobs": values.tolist() + [[0.0] * width],
+                    "prompt_ids": ids.tolist() + [[0] * width],
+                }
+            )
+        if max(r.max_tokens for r in reqs) > 1:
+            outputs = self._generate_batch(reqs, key)
+        else:
+            lengths = attention_mask.sum(dim=1)
+            last = logits[torch.arange(bsz), lengths - 1].float()  # [B, V]
+            outputs = [self._one_token(input_ids[i, : lengths[i]], last[i], key) for i in range(bsz)]
+            self.num_requests += bsz
+        for out, extra in zip(outputs, extras, strict=True):
+            out.extra_fields.update(extra)
+        return outputs
+
+    def _one_token(self, prompt: torch.Tensor, logits: torch.Tensor, key: tuple) -> TokenOutput:
+        """One token after `prompt` [L] from its next-token `logits` [V], sampled as `model.generate` would."""
+        from transformers.generation.logits_process import (
+            RepetitionPenaltyLogitsProcessor,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        temperature, top_p, top_k, rep, want_logprobs, _, _ = key
+        ids, scores = prompt[None], logits[None]  # [1, L], [1, V]
+        if rep != 1.0:
+            scores = RepetitionPenaltyLogitsProcessor(rep)(ids, scores)
+        if temperature > 0:
+            scores = TemperatureLogitsWarper(temperature)(ids, scores)
+            if top_k > 0:
+                scores = TopKLogitsWarper(top_k)(ids, scores)
+            if top_p < 1.0:
+                scores = TopPLogitsWarper(top_p)(ids, scores)
+            token = int(torch.multinomial(torch.softmax(scores, dim=-1), 1))
+        else:
+            token = int(scores.argmax(dim=-1))
+        logprob = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)[token]
+        return TokenOutput(
+            token_ids=[token],
+            log_probs=[float(logprob)] if want_logprobs else None,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.global_steps, "weight_version": self.weight_version},
+        )
 
     # ----------------------------------------- control calls verl makes (no-ops on CPU)
     async def wake_up(self, tags: list[str] | None = None) -> None:
