@@ -16,6 +16,7 @@ from typing import Any
 
 from verl_bot.advantage import pure
 from verl_bot.advantage.bot import compute_bot_advantage
+from verl_bot.advantage.vps import compute_vps_advantage
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class EstimatorSpec:
 ESTIMATORS: dict[str, EstimatorSpec] = {
     "bot": EstimatorSpec(compute_bot_advantage),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
+    # GRPO-VPS: GRPO on the scalar score plus belief progress from the `vps_single_turn` agent loop's probes
+    "vps": EstimatorSpec(compute_vps_advantage, token_level=False),
 }
 
 

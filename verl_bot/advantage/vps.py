@@ -1,0 +1,347 @@
+"""GRPO-VPS: segment-wise progress from the model's belief in the correct answer (arXiv 2604.20659).
+
+Each rollout i is cut into segments k = 0..n_i-1 starting at tokens tau_0 = 0 < tau_1 < ... (cuts at
+high-surprisal tokens, chosen by the agent loop: `verl_bot.probing`). At each cut the rollout server scores the
+correct answer a* appended after the prefix (teacher forcing, no sampling):
+
+    b_{i,k}   = log p(a* | x, y_{<tau_k}, template)               probe log-prob, stop-gradient
+    v_{i,k}   = exp(b_{i,k})  (space=prob)  or  max(b_{i,k}, floor)  (space=log)
+    v_{i,n_i} = solved_i  (prob)  or  max(log solved_i, floor)  (log)      value after the last segment
+    D_{i,k}   = v_{i,k+1} - v_{i,k}                                progress of segment k
+    D~_{i,k}  = (D_{i,k} - mu_g) / (sigma_g + eps)                  z-score over the segments of the group g
+    A_{i,t}   = A^GRPO_i + alpha * D~_{i,k(t)}                      k(t): the segment holding token t
+
+Paper: the probe of the correct answer at segment boundaries, progress = the change of that belief between
+adjacent boundaries, added to GRPO's trajectory advantage (abstract). Ours (the paper's full text was not
+available): the cut rule, the template, prob vs log, the value after the last segment (the verdict's `solved`),
+the z-score of progress over the group's segments (population std) and every default (README: GRPO-VPS).
+
+Rows without probes (no ground truth, an empty response, every probe failed or too long) have no segments: their
+advantage is GRPO's. When `solved` is unknown (a reward without it), the last segment's progress is 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+from verl.utils.groupwise import as_torch_index
+
+from verl_bot.advantage.common import group_sum, raise_for_rows
+from verl_bot.context import current, report_metrics
+from verl_bot.errors import VerlBotConfigError
+
+PROBE_FIELD = "verl_bot_vps"
+AGENT_LOOP = "vps_single_turn"
+EPS = 1e-6
+OUTCOME_KEYS = ("solved", "acc")  # reward_extra_info: the bot manager's `solved`, verl's math scorers' `acc`
+
+
+@dataclass(frozen=True)
+class VPSSettings:
+    """The knobs of GRPO-VPS, read from verl's `algorithm` config as `+algorithm.vps_<name>=...`.
+
+    Used by the agent loop (cuts, template) and by the estimator (alpha, space, normalize, log_floor).
+    """
+
+    alpha: float = 0.5  # weight of the progress term
+    cut_rule: str = "surprisal"  # surprisal: highest -log p of the sampled tokens; uniform: evenly spaced
+    cut_quantile: float = 0.1  # surprisal: candidates are the top q of the reasoning tokens
+    max_cuts: int = 8  # cuts per rollout besides tau_0 = 0 (probes = max_cuts + 1)
+    min_gap: int = 64  # tokens between cuts (and from the start)
+    template: str = "auto"  # auto | final | boxed | a string with {answer}
+    space: str = "prob"  # prob: v = p(a*); log: v = max(log p(a*), log_floor)
+    normalize: str = "group"  # group: z-score progress over the group's segments; none
+    log_floor: float = -20.0  # space=log: lower clamp of every value (log 0 = -inf otherwise)
+
+    @classmethod
+    def from_config(cls, config: Any) -> VPSSettings:
+        """Read the `vps_<name>` keys of an `algorithm` config (DictConfig, dict or None); ValueError if invalid."""
+        get = config.get if config is not None else (lambda key, default=None: default)
+        values = {}
+        for f in fields(cls):
+            raw = get(f"vps_{f.name}", f.default)
+            try:
+                values[f.name] = type(f.default)(raw)
+            except (TypeError, ValueError):
+                raise ValueError(f"algorithm.vps_{f.name}={raw!r} is not a {type(f.default).__name__}") from None
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        problems = []
+        if not (self.alpha >= 0 and math.isfinite(self.alpha)):
+            problems.append(f"vps_alpha={self.alpha} must be a finite number >= 0")
+        if self.cut_rule not in ("surprisal", "uniform"):
+            problems.append(f"vps_cut_rule={self.cut_rule!r} must be surprisal or uniform")
+        if not 0 < self.cut_quantile <= 1:
+            problems.append(f"vps_cut_quantile={self.cut_quantile} must be in (0, 1]")
+        if self.max_cuts < 0:
+            problems.append(f"vps_max_cuts={self.max_cuts} must be >= 0")
+        if self.min_gap < 1:
+            problems.append(f"vps_min_gap={self.min_gap} must be >= 1")
+        if self.template not in ("auto", "final", "boxed") and self.template.count("{answer}") != 1:
+            problems.append(f"vps_template={self.template!r} must be auto, final, boxed or a text with one {{answer}}")
+        if self.space not in ("prob", "log"):
+            problems.append(f"vps_space={self.space!r} must be prob or log")
+        if self.normalize not in ("group", "none"):
+            problems.append(f"vps_normalize={self.normalize!r} must be group or none")
+        if not (self.log_floor < 0 and math.isfinite(self.log_floor)):
+            problems.append(f"vps_log_floor={self.log_floor} must be a finite number < 0")
+        if problems:
+            raise ValueError("GRPO-VPS: " + "; ".join(problems))
+
+
+# ------------------------------------------------------------------------------------------ the math
+def belief_values(logp: torch.Tensor, space: str, log_floor: float) -> torch.Tensor:
+    """Probe log-probs (any shape, -inf allowed) -> belief values: exp(logp) (prob) or max(logp, floor) (log)."""
+    return torch.exp(logp) if space == "prob" else logp.clamp(min=log_floor)
+
+
+def outcome_values(solved: torch.Tensor, space: str, log_floor: float) -> torch.Tensor:
+    """(B,) solved in [0, 1] (NaN: unknown) -> the value after the last segment, NaN kept."""
+    if space == "prob":
+        return solved.float()
+    return torch.where(torch.isnan(solved), solved, torch.log(solved.float()).clamp(min=log_floor))
+
+
+def segment_progress(values: torch.Tensor, num_segments: torch.Tensor, end_value: torch.Tensor) -> torch.Tensor:
+    """Progress D of each segment: the next boundary's value minus this one's.
+
+    Args:
+        values: (B, S) value at the start of each segment; entries k >= num_segments[i] are ignored.
+        num_segments: (B,) long, n_i (0 = no segments).
+        end_value: (B,) value after the last segment; NaN = unknown, and the last segment's progress is then 0.
+
+    Returns:
+        (B, S) float32 progress, 0 beyond each row's segments.
+    """
+    batch, width = values.shape
+    k = torch.arange(width, device=values.device).expand(batch, width)
+    valid = k < num_segments[:, None]
+    last = k == (num_segments[:, None] - 1)
+    next_value = torch.cat([values[:, 1:], values.new_zeros(batch, 1)], dim=1).float()
+    last_value = values.gather(1, (num_segments - 1).clamp(min=0)[:, None]).squeeze(1)
+    end = torch.where(torch.isnan(end_value), last_value, end_value)
+    next_value = torch.where(last, end[:, None].float(), next_value)
+    return torch.where(valid, next_value - values.float(), 0.0)
+
+
+def normalize_progress(
+    progress: torch.Tensor, num_segments: torch.Tensor, index: Sequence, eps: float = EPS
+) -> torch.Tensor:
+    """z-score progress over all segments of each group (population std): (B, S) -> (B, S), 0 beyond the segments.
+
+    A group whose segments all made the same progress (or that has one segment) gets 0.
+    """
+    batch, width = progress.shape
+    valid = torch.arange(width, device=progress.device).expand(batch, width) < num_segments[:, None]
+    group = as_torch_index(index, device=progress.device)
+    num_groups = int(group.max()) + 1 if batch else 0
+    count = group_sum(num_segments.float(), group, num_groups).clamp(min=1.0)
+    d = torch.where(valid, progress, 0.0)
+    mean = group_sum(d.sum(dim=1), group, num_groups) / count
+    centered = torch.where(valid, d - mean[group][:, None], 0.0)
+    std = (group_sum((centered**2).sum(dim=1), group, num_groups) / count).sqrt()
+    return centered / (std[group][:, None] + eps)
+
+
+def token_progress(progress: torch.Tensor, starts: torch.Tensor, num_segments: torch.Tensor, width: int):
+    """Spread each segment's progress over its tokens.
+
+    Args:
+        progress: (B, S) per segment. starts: (B, S) long, first token of each segment (starts[:, 0] = 0,
+            increasing; ignored beyond num_segments). num_segments: (B,) long. width: T.
+
+    Returns:
+        (B, T): progress[i, k] on tokens starts[i, k] .. starts[i, k + 1] - 1 (the last segment runs to T); 0 on rows
+        without segments.
+    """
+    batch, segs = starts.shape
+    valid = torch.arange(segs, device=starts.device).expand(batch, segs) < num_segments[:, None]
+    t = torch.arange(width, device=starts.device)
+    begun = (starts[:, None, :] <= t[None, :, None]) & valid[:, None, :]  # (B, T, S)
+    seg = begun.sum(dim=2) - 1  # (B, T) segment of each token, -1 on rows without segments
+    out = progress.gather(1, seg.clamp(min=0))
+    return torch.where(seg >= 0, out, 0.0)
+
+
+@torch.no_grad()
+def vps_advantage(
+    trajectory_advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence,
+    starts: torch.Tensor,
+    logp: torch.Tensor,
+    num_segments: torch.Tensor,
+    solved: torch.Tensor,
+    alpha: float = 0.5,
+    space: str = "prob",
+    normalize: str = "group",
+    log_floor: float = -20.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO-VPS per-token advantages (see the module docstring).
+
+    Args:
+        trajectory_advantages: (B, T) GRPO's advantage of each row on its tokens.
+        response_mask: (B, T) 1 on response tokens.
+        index: (B,) group label of each row (verl's `uid`).
+        starts: (B, S) long, first token of each segment (tau_k); starts[:, 0] = 0.
+        logp: (B, S) probe log-prob b_{i,k} at each segment start; ignored beyond num_segments.
+        num_segments: (B,) long, n_i in 0..S (0: the row has no probes and keeps GRPO's advantage).
+        solved: (B,) outcome in [0, 1], NaN when unknown.
+        alpha, space, normalize, log_floor: `VPSSettings`.
+
+    Returns:
+        advantages: (B, T) float32, 0 on padding. progress: (B, T) the (normalized) progress D~ of each token.
+    """
+    if not (trajectory_advantages.shape == response_mask.shape and trajectory_advantages.dim() == 2):
+        raise ValueError(
+            f"vps advantage: trajectory_advantages {tuple(trajectory_advantages.shape)} and response_mask "
+            f"{tuple(response_mask.shape)} must be the same (B, T) shape"
+        )
+    if not (starts.shape == logp.shape and starts.shape[0] == response_mask.shape[0] == num_segments.shape[0]):
+        raise ValueError(f"vps advantage: starts {tuple(starts.shape)} and logp {tuple(logp.shape)} must be (B, S)")
+    if index is None or len(index) != response_mask.shape[0]:
+        raise ValueError("vps advantage needs one group id (uid) per row")
+    batch, width = response_mask.shape
+    mask = response_mask != 0
+    if batch == 0 or starts.shape[1] == 0:
+        progress = torch.zeros(batch, width)
+    else:
+        segs = torch.arange(starts.shape[1]).expand_as(starts) < num_segments[:, None]
+        raise_for_rows("vps advantage: NaN probe log-probs", (torch.isnan(logp) & segs).any(dim=1), index)
+        values = torch.where(segs, belief_values(logp.float(), space, log_floor), 0.0)
+        delta = segment_progress(values, num_segments, outcome_values(solved, space, log_floor))
+        if normalize == "group":
+            delta = normalize_progress(delta, num_segments, index)
+        progress = token_progress(delta, starts, num_segments, width)
+    progress = torch.where(mask, progress, 0.0)
+    advantages = torch.where(mask, trajectory_advantages.float() + alpha * progress, 0.0)
+    return advantages, progress
+
+
+# ------------------------------------------------------------------------------------- verl adapter
+def outcome_of(row: Mapping[str, Any]) -> float:
+    """A row's solved flag in [0, 1] from its `reward_extra_info` (`solved`, else `acc`); NaN when absent."""
+    info = row.get("reward_extra_info") or {}
+    for key in OUTCOME_KEYS:
+        value = info.get(key)
+        if value is not None:
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(value):
+                return min(max(value, 0.0), 1.0)
+    return math.nan
+
+
+def probe_tensors(rows: Sequence[Mapping[str, Any]]):
+    """The probe records of the batch's rows as tensors.
+
+    Returns: starts (B, S) long, logp (B, S) float32, num_segments (B,) long, solved (B,) float32, records (the
+    per-row `PROBE_FIELD` dicts). Raises `VerlBotConfigError` when a row has no record (not our agent loop).
+    """
+    records = []
+    for i, row in enumerate(rows):
+        record = row.get(PROBE_FIELD)
+        if not isinstance(record, Mapping):
+            raise VerlBotConfigError(
+                f"adv_estimator=vps: row {i} has no probe results ({PROBE_FIELD} in its extra_fields); they are "
+                f"written by the agent loop: set actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP}"
+            )
+        records.append(record)
+    width = max([len(r.get("cuts") or []) for r in records], default=0)
+    starts = torch.zeros(len(rows), width, dtype=torch.long)
+    logp = torch.zeros(len(rows), width)
+    num = torch.zeros(len(rows), dtype=torch.long)
+    for i, r in enumerate(records):
+        cuts, lps = list(r.get("cuts") or []), list(r.get("logp") or [])
+        if len(cuts) != len(lps):
+            raise ValueError(f"vps: row {i}: {len(cuts)} cuts but {len(lps)} probe log-probs")
+        num[i] = len(cuts)
+        starts[i, : len(cuts)] = torch.tensor(cuts, dtype=torch.long)
+        logp[i, : len(cuts)] = torch.tensor(lps, dtype=torch.float32)
+    solved = torch.tensor([outcome_of(row) for row in rows], dtype=torch.float32)
+    return starts, logp, num, solved, records
+
+
+def probe_metrics(records: Sequence[Mapping[str, Any]], num_segments: torch.Tensor, solved: torch.Tensor) -> dict:
+    """The probing cost and coverage of a batch, from the agent loop's records (see README: GRPO-VPS)."""
+    n = max(len(records), 1)
+    status = [str(r.get("status", "")) for r in records]
+    t0 = [float(r["t0"]) for r in records if r.get("t0") is not None]
+    t1 = [float(r["t1"]) for r in records if r.get("t1") is not None]
+    probed = num_segments > 0
+    return {
+        "vps/probe_tokens_per_rollout": sum(float(r.get("probe_tokens", 0)) for r in records) / n,
+        "vps/probes_per_rollout": float(num_segments.sum()) / n,
+        "vps/probe_s_per_rollout": sum(float(r.get("probe_s", 0.0)) for r in records) / n,
+        "vps/probe_time_s": (max(t1) - min(t0)) if t0 and t1 else 0.0,
+        "vps/probed_rows": float(probed.sum()),
+        "vps/no_ground_truth_rows": float(sum(s == "no_ground_truth" for s in status)),
+        "vps/probe_failed_rows": float(sum(s == "probe_failed" for s in status)),
+        "vps/skipped_long_probes": sum(float(r.get("skipped", 0)) for r in records),
+        "vps/no_outcome_rows": float((probed & torch.isnan(solved)).sum()),
+    }
+
+
+def compute_vps_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl adapter of `vps_advantage` (registered as `algorithm.adv_estimator=vps`).
+
+    The trajectory advantage is verl's own `grpo` estimator (its registry entry, with
+    `algorithm.norm_adv_by_std_in_grpo`), so alpha = 0 is exactly GRPO. The probe results are each row's
+    `extra_fields[PROBE_FIELD]` in the batch context (`verl_bot.context`); knobs: `VPSSettings`.
+
+    Args:
+        token_level_rewards: (B, T). response_mask: (B, T). index: (B,) uids.
+
+    Returns:
+        (advantages, returns): both (B, T), returns = advantages (as verl's GRPO).
+    """
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    settings = VPSSettings.from_config(config)
+    get = config.get if config is not None else (lambda key, default=None: default)
+    grpo, _ = get_adv_estimator_fn("grpo")(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        index=index,
+        norm_adv_by_std_in_grpo=bool(get("norm_adv_by_std_in_grpo", True)),
+        config=config,
+    )
+    ctx = current()
+    if ctx is None or len(ctx.rows) != response_mask.shape[0]:
+        raise VerlBotConfigError(
+            "adv_estimator=vps reads each row's probe results from verl-bot's batch context, which is set in "
+            "verl's v1 trainer (trainer.use_v1=true) with verl-bot installed"
+        )
+    starts, logp, num, solved, records = probe_tensors(ctx.rows)
+    eligible = [r for r in records if r.get("status") not in ("no_ground_truth", "empty_response")]
+    if eligible and all(r.get("status") == "probe_failed" for r in eligible):
+        error = next((r.get("error") for r in reversed(eligible) if r.get("error")), "(no message)")
+        raise VerlBotConfigError(
+            f"adv_estimator=vps: every probe of this batch failed ({len(eligible)} rollouts); the rollout server "
+            f"must answer prompt_logprobs requests (vLLM, SGLang, verl-bot's hf). Last error: {error}"
+        )
+    advantages, progress = vps_advantage(
+        grpo, response_mask, index, starts, logp, num, solved,
+        alpha=settings.alpha, space=settings.space, normalize=settings.normalize, log_floor=settings.log_floor,
+    )
+    mask = response_mask != 0
+    metrics = probe_metrics(records, num, solved)
+    metrics["vps/progress_abs_mean"] = float(progress.abs()[mask].mean()) if mask.any() else 0.0
+    report_metrics(metrics)
+    return advantages, advantages
