@@ -34,7 +34,8 @@ def register() -> dict[str, list[str]]:
     """Register verl-bot's estimators, reward managers and hooks in verl. Idempotent.
 
     Returns what was registered, by kind: `{"cpu": [...], "adv_estimators": [...], "reward_managers": [...],
-    "hooks": [...]}` (`cpu` is empty unless the CPU backend was selected with `VERL_PLATFORM=cpu`).
+    "agent_loops": [...], "hooks": [...]}` (`cpu` is empty unless the CPU backend was selected with
+    `VERL_PLATFORM=cpu`).
     """
     global _registered
     if _registered is not None:
@@ -44,6 +45,7 @@ def register() -> dict[str, list[str]]:
 
     from verl_bot import hooks
     from verl_bot.advantage import register_estimators
+    from verl_bot.agent_loop import register_agent_loops
     from verl_bot.cpu import register_cpu_backend
     from verl_bot.rewards.manager import register_reward_managers
 
@@ -51,15 +53,17 @@ def register() -> dict[str, list[str]]:
         "cpu": register_cpu_backend(),  # [] unless VERL_PLATFORM=cpu (see verl_bot/cpu/__init__.py)
         "adv_estimators": register_estimators(),
         "reward_managers": register_reward_managers(),
+        "agent_loops": register_agent_loops(),
         "hooks": hooks.install(),
     }
     _registered = registered
     logger.info(
-        "registered in verl %s (pid %d): adv_estimator=%s reward_manager=%s hooks=%s cpu_backend=%s",
+        "registered in verl %s (pid %d): adv_estimator=%s reward_manager=%s agent_loop=%s hooks=%s cpu_backend=%s",
         SUPPORTED_VERL,
         os.getpid(),
         ",".join(registered["adv_estimators"]),
         ",".join(registered["reward_managers"]),
+        ",".join(registered["agent_loops"]),
         ",".join(registered["hooks"]),
         ",".join(registered["cpu"]) or "off",
     )

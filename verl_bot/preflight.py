@@ -22,7 +22,9 @@ Refused:
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
-  (an unknown builtin, a `python:` function that does not import).
+  (an unknown builtin, a `python:` function that does not import);
+- `adv_estimator=vps` without its agent loop (`default_agent_loop=vps_single_turn`,
+  which writes the probe results it reads), or with an invalid `algorithm.vps_*` knob.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from verl_bot.advantage import estimator_spec
+from verl_bot.advantage.vps import AGENT_LOOP, VPSSettings
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.rewards.scorers import build_scorers, unscorable_sources
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
@@ -93,6 +96,21 @@ def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> 
     )
 
 
+def _vps_problem(config: Any) -> str | None:
+    try:
+        VPSSettings.from_config(config.get("algorithm"))
+    except ValueError as exc:
+        return str(exc)
+    rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
+    loop = (rollout.get("agent") or {}).get("default_agent_loop")
+    if loop != AGENT_LOOP:
+        return (
+            f"adv_estimator=vps reads belief probes that the {AGENT_LOOP} agent loop writes, but "
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}; set it to {AGENT_LOOP}"
+        )
+    return None
+
+
 def check_config(config: Any) -> None:
     """Raise `VerlBotConfigError` (one line) for the first thing in `config` that cannot work with verl-bot."""
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
@@ -108,6 +126,10 @@ def check_config(config: Any) -> None:
     settings = manager_settings(config) if bot_manager else None
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)
+        if problem:
+            raise VerlBotConfigError(problem)
+    if estimator == "vps":
+        problem = _vps_problem(config)
         if problem:
             raise VerlBotConfigError(problem)
     if not bot_manager:

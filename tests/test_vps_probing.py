@@ -1,0 +1,169 @@
+"""GRPO-VPS belief probes: templates, cuts, the answer's log-prob, and whole rollouts probed on the real hf server."""
+
+import asyncio
+import math
+
+import pytest
+import torch
+
+from tests.conftest import hf_server, prompt_ids
+from verl_bot.advantage.vps import VPSSettings
+from verl_bot.probing import (
+    PROBE_PARAMS,
+    TEMPLATES,
+    answer_probe,
+    answer_text,
+    choose_cuts,
+    choose_template,
+    probe_rollout,
+    reasoning_length,
+    scored_logprob,
+)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir):
+    return hf_server(tiny_model_dir)
+
+
+def test_template_auto_detection():
+    assert choose_template("auto", "aime", "Write ... <final> ... </final>")[0] == "final"
+    assert choose_template("auto", "toy_math", "Compute 3+4-2.")[0] == "final"
+    assert choose_template("auto", "lighteval/MATH", "put the answer in \\boxed{}")[0] == "boxed"
+    assert choose_template("auto", "openai/gsm8k", "Let's think step by step")[0] == "boxed"
+    assert choose_template("auto", "toy_math", "answer in \\boxed{}")[0] == "boxed"  # the prompt wins
+    assert choose_template("final", "gsm8k", "") == ("final", TEMPLATES["final"])
+    assert choose_template("Answer: {answer}.", "x", "") == ("custom", "Answer: {answer}.")
+
+
+def test_answer_text():
+    assert answer_text(" 42 ") == "42" and answer_text(7) == "7" and answer_text("\\frac{1}{2}") == "\\frac{1}{2}"
+    for bad in (None, "", "  ", {"forbidden": "aeiou"}, ["1", "2"], True):
+        assert answer_text(bad) is None
+
+
+def test_answer_probe_splits_one_canonical_tokenization(tokenizer):
+    for name in ("final", "boxed"):
+        probe = answer_probe(tokenizer, TEMPLATES[name], "123")
+        full = TEMPLATES[name].replace("{answer}", "123")
+        assert probe.prefix_ids + probe.scored_ids == tokenizer.encode(full, add_special_tokens=False)
+        assert probe.scored_ids and "123" in tokenizer.decode(probe.scored_ids)
+        assert probe.marker == {"final": "<final>", "boxed": "\\boxed{"}[name]
+
+
+def test_reasoning_length_stops_before_the_answer_marker(tokenizer):
+    text = "think 3+4=7, then 7-2=5\n\n<final>5</final>"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    n = reasoning_length(tokenizer, ids, "<final>")
+    assert "<" not in tokenizer.decode(ids[:n]) and "<" in tokenizer.decode(ids[: n + 1])
+    assert reasoning_length(tokenizer, ids, "\\boxed{") == len(ids)  # no marker: the whole response
+    assert reasoning_length(tokenizer, ids, "") == len(ids)
+
+
+def test_surprisal_cuts_by_hand():
+    # surprisals 0.1 except tokens 3 (5.0), 4 (4.0), 9 (3.0), 12 (6.0) and 1 (9.0, closer than min_gap to the start)
+    lp = [-0.1] * 16
+    for t, s in {1: 9.0, 3: 5.0, 4: 4.0, 9: 3.0, 12: 6.0}.items():
+        lp[t] = -s
+    s = VPSSettings(min_gap=3, max_cuts=8, cut_quantile=0.5)
+    assert choose_cuts(lp, 16, s) == [3, 9, 12]  # 12 first, then 3; 4 is 1 from 3; 9 is 3 from 12
+    assert choose_cuts(lp, 16, VPSSettings(min_gap=3, max_cuts=1, cut_quantile=0.5)) == [12]
+    assert choose_cuts(lp, 12, s) == [3, 9]  # limit: cuts stay inside the reasoning region
+    assert choose_cuts(lp, 16, VPSSettings(min_gap=3, cut_quantile=0.2)) == [3, 12]  # top 20%: 4 candidates
+    assert choose_cuts(lp, 3, s) == []  # shorter than one gap: tau_0 only
+    assert choose_cuts(None, 16, s) == []
+    assert choose_cuts(lp, 16, VPSSettings(min_gap=3, max_cuts=0)) == []
+    assert choose_cuts(lp, 16, VPSSettings(cut_rule="uniform", min_gap=3, max_cuts=3)) == [4, 8, 12]
+    assert choose_cuts(lp, 16, VPSSettings(cut_rule="uniform", min_gap=6, max_cuts=3)) == [6, 12]
+
+
+def test_scored_logprob_alignment():
+    # 5 tokens, the last 2 scored: entries 2 and 3 (log p of tokens 3 and 4); entry 4 is the dummy
+    entries = [[-1.0], [-2.0], [-0.5], [-0.25], [0.0]]
+    assert scored_logprob(entries, 5, 2) == -0.75
+    with pytest.raises(ValueError, match="4 entries for a probe of 5"):
+        scored_logprob(entries[:4], 5, 2)
+    with pytest.raises(ValueError, match="invalid"):
+        scored_logprob([[0.0], [math.nan], [0.0]], 3, 1)
+
+
+def _forward_logprob(server, ids, num_scored):
+    with torch.no_grad():
+        logp = torch.log_softmax(server.model(torch.tensor([ids])).logits[0].float(), -1)
+    targets = torch.tensor(ids[len(ids) - num_scored :])
+    return float(logp[len(ids) - num_scored - 1 : -1].gather(-1, targets[:, None]).sum())
+
+
+def _probe(server, **kw):
+    tokenizer = server.model_config.tokenizer
+
+    async def generate(ids):
+        return await server.generate(ids, dict(PROBE_PARAMS), "probe")
+
+    args = {
+        "prompt_ids": prompt_ids(server, "Compute 3+4-2."),
+        "response_ids": tokenizer.encode("<step 1>3+4=7</step 1>\n\n<step 2>7-2=5</step 2>\n\n<final>5</final>"),
+        "answer": "5",
+        "template": TEMPLATES["final"],
+        "tokenizer": tokenizer,
+        "settings": VPSSettings(min_gap=4, max_cuts=3, cut_quantile=1.0),
+        "max_model_len": server.max_model_len,
+    }
+    args.update(kw)
+    if "response_logprobs" not in args:
+        args["response_logprobs"] = [-((7 * t) % 5) - 0.1 for t in range(len(args["response_ids"]))]
+    return asyncio.run(probe_rollout(generate, **args)), args
+
+
+def test_probe_rollout_on_the_hf_server_matches_a_direct_forward(server):
+    record, args = _probe(server)
+    tokenizer = args["tokenizer"]
+    probe = answer_probe(tokenizer, args["template"], "5")
+    limit = reasoning_length(tokenizer, args["response_ids"], "<final>")
+    assert record["status"] == "ok" and record["cuts"][0] == 0 and len(record["cuts"]) == 4
+    assert record["cuts"][1:] == choose_cuts(args["response_logprobs"], limit, args["settings"])
+    assert all(c < limit for c in record["cuts"])
+    total = 0
+    for cut, lp in zip(record["cuts"], record["logp"], strict=True):
+        ids = args["prompt_ids"] + args["response_ids"][:cut] + probe.prefix_ids + probe.scored_ids
+        total += len(ids)
+        assert lp == pytest.approx(_forward_logprob(server, ids, len(probe.scored_ids)), abs=1e-4)
+    assert record["probe_tokens"] == total and record["skipped"] == 0
+    assert record["probe_s"] > 0 and record["t1"] >= record["t0"]
+
+
+def test_probe_rollout_documented_cases(server, tiny_model_dir):
+    record, _ = _probe(server, answer=None)
+    assert record == {"status": "no_ground_truth", "cuts": [], "logp": [], "skipped": 0, "probe_tokens": 0}
+    assert _probe(server, response_ids=[])[0]["status"] == "empty_response"
+
+    # a response shorter than one segment: tau_0 only, one probe
+    record, _ = _probe(server, response_ids=server.model_config.tokenizer.encode("<final>5</final>"))
+    assert record["status"] == "ok" and record["cuts"] == [0] and len(record["logp"]) == 1
+
+    # probes too long for the model's context: the late cuts are dropped, then all of them
+    full, args = _probe(server)
+    probe = answer_probe(args["tokenizer"], args["template"], "5")
+    probe_len = len(args["prompt_ids"]) + len(probe.prefix_ids) + len(probe.scored_ids)  # the probe at tau_0
+    record, _ = _probe(server, max_model_len=probe_len + full["cuts"][2])  # cuts 0, 1 fit (strictly shorter)
+    assert record["status"] == "ok" and record["cuts"] == full["cuts"][:2] and record["skipped"] == 2
+    assert record["logp"] == pytest.approx(full["logp"][:2], abs=1e-5)
+    record, _ = _probe(server, max_model_len=probe_len)
+    assert record["status"] == "too_long" and record["cuts"] == [] and record["skipped"] == 4
+
+    # the server refuses the probes (it allows a shorter context than the loop was told): probe_failed, no crash
+    small = hf_server(tiny_model_dir, max_model_len=probe_len + 2)
+    tokenizer = small.model_config.tokenizer
+
+    async def generate(ids):
+        return await small.generate(ids, dict(PROBE_PARAMS), "probe")
+
+    record = asyncio.run(
+        probe_rollout(
+            generate, prompt_ids=args["prompt_ids"], response_ids=args["response_ids"],
+            response_logprobs=args["response_logprobs"], answer="5", template=TEMPLATES["final"],
+            tokenizer=tokenizer, settings=args["settings"], max_model_len=10_000,
+        )
+    )
+    assert record["status"] == "probe_failed" and "no room" in record["error"] and record["cuts"] == []
+
