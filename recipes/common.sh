@@ -5,7 +5,7 @@
 # MODEL_OVERRIDES (model-specific Hydra overrides), sources this file, then calls `vb_main "$@"`.
 # Everything below is a ${VAR:-default} too: any of it can be set in the environment.
 #
-#   ALGO=bot|grpo|gspo|dapo|pure   the algorithm (recipes/README.md: what each one sets)
+#   ALGO=bot|grpo|gspo|dapo|pure|vps   the algorithm (recipes/README.md: what each one sets; vps: AIME only)
 #   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; skips the
 #                  checks that need a reward server, a judge or GPUs (model and data are still checked)
 #   DRY_RUN=args   print the command line (one argument a line) and exit, without starting Python
@@ -57,6 +57,12 @@ OVERLONG_PENALTY_FACTOR=${OVERLONG_PENALTY_FACTOR:-1.0}
 DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-score}   # reward_extra_info key: the global score G of the bot manager
 PURE_TEMPERATURE=${PURE_TEMPERATURE:-0.1}          # PURE paper: softmax temperature of the min-form transform
 PURE_OUTCOME_COEF=${PURE_OUTCOME_COEF:-1.0}        # weight of the verifiable reward at EOS (our choice: 1)
+# GRPO-VPS knobs (the paper does not state them; ours, README: GRPO-VPS)
+VPS_ALPHA=${VPS_ALPHA:-0.5}                        # weight of the belief progress
+VPS_MAX_CUTS=${VPS_MAX_CUTS:-8}                    # probes per rollout = cuts + 1
+VPS_MIN_GAP=${VPS_MIN_GAP:-64}                     # tokens between cuts
+VPS_CUT_QUANTILE=${VPS_CUT_QUANTILE:-0.1}          # cut candidates: the top 10% surprisal tokens
+VPS_SPACE=${VPS_SPACE:-prob}                       # progress of p(answer) (prob) or of log p (log)
 
 case "${TASK}" in
     react)
@@ -165,6 +171,24 @@ vb_algo_overrides() {
                 "+reward.reward_kwargs.max_resp_len=${MAX_RESPONSE_LENGTH}"
             )
             ;;
+        vps)
+            # GRPO-VPS: GRPO on the scalar G plus alpha x the progress of the model's belief in the correct answer
+            # per segment, probed on the rollout server by the vps_single_turn agent loop (`<final>` template).
+            [[ "${TASK}" == react ]] && vb_die "ALGO=vps probes the model's belief in one correct answer" \
+                "(reward_model.ground_truth); React prompts have no single correct answer: use it with the AIME recipes"
+            ALGO_OVERRIDES=(
+                algorithm.adv_estimator=vps
+                actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+                +reward.reward_kwargs.bot.token_level=false
+                actor_rollout_ref.rollout.agent.default_agent_loop=vps_single_turn
+                "+algorithm.vps_alpha=${VPS_ALPHA}"
+                "+algorithm.vps_max_cuts=${VPS_MAX_CUTS}"
+                "+algorithm.vps_min_gap=${VPS_MIN_GAP}"
+                "+algorithm.vps_cut_quantile=${VPS_CUT_QUANTILE}"
+                "+algorithm.vps_space=${VPS_SPACE}"
+                +algorithm.vps_template=final
+            )
+            ;;
         pure)
             # PURE: min-form credit over process rewards (verl-bot's `pure` estimator). It reads the bot
             # manager's reward streams (local S_t, step ends, solved), not the composed r_t.
@@ -179,7 +203,7 @@ vb_algo_overrides() {
             )
             ;;
         *)
-            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure; got '${ALGO}'"
+            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, vps; got '${ALGO}'"
             ;;
     esac
 }

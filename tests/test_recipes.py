@@ -154,7 +154,9 @@ EXPECTED = {
     "gspo": ("grpo", "seq-mean-token-mean", "gspo", 3e-4, 4e-4, False),
     "dapo": ("grpo", "token-mean", "vanilla", 0.2, 0.28, False),
     "pure": ("pure", "seq-mean-token-mean", "vanilla", 0.2, 0.2, True),
+    "vps": ("vps", "seq-mean-token-mean", "vanilla", 0.2, 0.2, False),
 }
+TASK_ALGOS = {"react": ALGOS, "aime": [*ALGOS, "vps"]}  # vps needs one correct answer per prompt
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -168,7 +170,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
     from verl_bot.rewards.settings import manager_settings
 
     task, model_tag = name.split("_")
-    for algo in ALGOS:
+    for algo in TASK_ALGOS[task]:
         cfg = compose_verl_config(recipe_args(name, data, ALGO=algo))
         adv, agg, loss_mode, clip_low, clip_high, token_level = EXPECTED[algo]
         actor = cfg.actor_rollout_ref.actor
@@ -200,6 +202,11 @@ def test_every_algo_composes_and_validates(name, data, slow):
             assert cfg.algorithm.use_kl_in_reward is False
             assert cfg.algorithm.pure_temperature == 0.1 and cfg.algorithm.pure_outcome_coef == 1.0
             assert cfg.algorithm.pure_step_scale == (1.0 if task == "react" else 10.0)
+        if algo == "vps":  # GRPO-VPS: its agent loop probes the `<final>` answer; our knob defaults
+            assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "vps_single_turn"
+            assert (cfg.algorithm.vps_alpha, cfg.algorithm.vps_max_cuts, cfg.algorithm.vps_min_gap) == (0.5, 8, 64)
+            assert (cfg.algorithm.vps_cut_quantile, cfg.algorithm.vps_space) == (0.1, "prob")
+            assert cfg.algorithm.vps_template == "final"
         if model_tag == "smollm":
             assert cfg.data.apply_chat_template_kwargs.enable_thinking is False
         assert cfg.trainer.experiment_name == f"{name}_{algo}_s0"
@@ -208,7 +215,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
         assert not need_critic(cfg)
         # verl's own algorithm keys make a valid AlgoConfig (verl-bot's `+algorithm.pure_*` knobs are extra keys,
         # which verl's trainer passes through: it never converts `algorithm` to the dataclass)
-        verl_keys = {k: v for k, v in cfg.algorithm.items() if not str(k).startswith(("pure_", "bot_"))}
+        verl_keys = {k: v for k, v in cfg.algorithm.items() if not str(k).startswith(("pure_", "bot_", "vps_"))}
         omega_conf_to_dataclass(OmegaConf.create(verl_keys), dataclass_type=AlgoConfig)
         get_adv_estimator_fn(cfg.algorithm.adv_estimator)
         get_policy_loss_fn(actor.policy_loss.loss_mode)
@@ -249,7 +256,7 @@ def test_env_settings_reach_the_config(data, slow):
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure; got 'ppo'"),
+        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure, vps; got 'ppo'"),
         ({"MODEL_PATH": "/nonexistent/model"}, "recipe: MODEL_PATH=/nonexistent/model: no such model directory"),
         ({"MODEL_PATH": "not a model"}, "recipe: MODEL_PATH=not a model is neither a local model directory nor"),
         ({"TRAIN_FILES": "/nonexistent/train.parquet"}, "recipe: TRAIN_FILES: /nonexistent/train.parquet does not"),
@@ -262,6 +269,14 @@ def test_missing_pieces_are_one_clear_line(env, expected, data):
     assert res.returncode == 2, res.stdout[-500:] + res.stderr[-1500:]
     assert res.stdout == ""
     assert last_line(res.stderr).startswith(expected), last_line(res.stderr)
+
+
+def test_react_refuses_vps_in_one_line(data):
+    for name in ("react_qwen", "react_smollm", "react_phi"):
+        res = run_recipe(name, base_env(data, DRY_RUN="args", ALGO="vps", **data_env(name, data)))
+        assert res.returncode == 2 and not res.stdout
+        assert last_line(res.stderr).startswith("recipe: ALGO=vps probes the model's belief in one correct answer")
+        assert "React prompts have no single correct answer" in last_line(res.stderr)
 
 
 def test_aime_data_missing_says_how_to_make_it(data):
