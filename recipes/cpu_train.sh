@@ -8,6 +8,8 @@
 #   bot : algorithm.adv_estimator=bot, dense rewards r_t = G + S_t (bot reward manager)
 #   grpo: verl's grpo on the same global score G only (scalar on the last token), as in the paper
 #   pure: verl-bot's PURE on the bot manager's reward streams (local S_t per step, solved at EOS)
+#   vps : verl-bot's GRPO-VPS: GRPO on G plus the progress of the model's belief in the correct answer,
+#         probed on the hf rollout server by the vps_single_turn agent loop (needs ground-truth answers)
 #
 # The CPU-only overrides live in verl_bot/cpu/overrides.txt (read by recipes/cpu_overrides.sh).
 set -xeuo pipefail
@@ -54,8 +56,20 @@ case "${ALGO}" in
             actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
         )
         ;;
+    vps)
+        # cuts for responses of tens of tokens (the GPU recipes' 64-token gap is for thousands)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=vps
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+            +reward.reward_kwargs.bot.token_level=false
+            actor_rollout_ref.rollout.agent.default_agent_loop=vps_single_turn
+            "+algorithm.vps_min_gap=${VPS_MIN_GAP:-4}"
+            "+algorithm.vps_max_cuts=${VPS_MAX_CUTS:-4}"
+            "+algorithm.vps_cut_quantile=${VPS_CUT_QUANTILE:-0.25}"
+        )
+        ;;
     *)
-        echo "cpu_train.sh: ALGO must be bot, grpo or pure, got '${ALGO}'" >&2
+        echo "cpu_train.sh: ALGO must be bot, grpo, pure or vps, got '${ALGO}'" >&2
         exit 2
         ;;
 esac

@@ -1,0 +1,169 @@
+"""GRPO-VPS end to end: `ALGO=vps STEPS=2 bash recipes/cpu_train.sh` runs verl 0.9.1's real trainer on the CPU.
+
+One trainer start. The `vps_single_turn` agent loop probes every rollout on the `hf` rollout server
+(`prompt_logprobs`) inside verl's agent-loop worker; the records travel with the rows through TransferQueue; a
+probe module (loaded by verl through `VERL_USE_EXTERNAL_MODULES`, as in tests/test_cpu_e2e.py) wraps the
+registered `vps` estimator and records, per row, the probe record, the group id and the progress the estimator
+added to GRPO's advantage. The test recomputes that progress from the records with the slow loop reference.
+
+    .venv/bin/python -m pytest -q tests/test_e2e_vps.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.test_cpu_e2e import Run
+from tests.test_vps_advantage import reference_vps
+
+pytestmark = pytest.mark.timeout(900)
+
+ROOT = Path(__file__).resolve().parents[1]
+ALPHA = 0.5
+# the untrained tiny model gives the answer a log-prob of about -24 at every cut: compare log-probs, floored lower
+SPACE, FLOOR = "log", -100.0
+
+PROBE = '''
+"""Test probe: records what the `vps` estimator reads (probe records) and adds (progress) per row."""
+import json, os
+import verl_bot.plugin
+verl_bot.plugin.register()
+from verl.trainer.ppo import core_algos
+from verl_bot.context import current
+_vps = core_algos.get_adv_estimator_fn("vps")
+_grpo = core_algos.get_adv_estimator_fn("grpo")
+
+def vps_probe(**kwargs):
+    adv, ret = _vps(**kwargs)
+    config = kwargs["config"]
+    grpo, _ = _grpo(
+        token_level_rewards=kwargs["token_level_rewards"], response_mask=kwargs["response_mask"],
+        index=kwargs["index"], norm_adv_by_std_in_grpo=config.get("norm_adv_by_std_in_grpo", True),
+    )
+    progress = (adv - grpo) / float(config.vps_alpha)
+    mask = kwargs["response_mask"].bool()
+    ctx = current()
+    rows = []
+    for i, row in enumerate(ctx.rows):
+        n = int(mask[i].sum())
+        rows.append({
+            "uid": str(kwargs["index"][i]), "length": n, "record": row["verl_bot_vps"],
+            "solved": (row.get("reward_extra_info") or {}).get("solved"), "grpo": float(grpo[i, 0]) if n else 0.0,
+            "progress": progress[i, :n].tolist(),
+        })
+    with open(os.environ["VB_PROBE_FILE"], "a") as f:
+        f.write(json.dumps({"rows": rows, "metrics": dict(ctx.metrics)}) + "\\n")
+    return adv, ret
+
+core_algos.ADV_ESTIMATOR_REGISTRY["vps"] = vps_probe
+
+
+def answer_score(prompt, response, ground_truth, extra_info=None):
+    """Solved when the response writes the ground truth as its final answer."""
+    solved = ground_truth is not None and f"<final>{ground_truth}</final>" in response
+    return {"global": {"score": float(solved), "parts": {}}, "local": [], "info": {"solved": solved}}
+'''
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_model_dir) -> Path:
+    """The tiny model, a dataset of arithmetic prompts with ground-truth answers (a few without), the probe."""
+    import pandas as pd
+
+    root = tmp_path_factory.mktemp("e2e_vps")
+    rows = []
+    for i in range(32):
+        a, b = i % 7 + 1, i % 3 + 1
+        rows.append(
+            {
+                "data_source": "toy_answer",
+                "prompt": [{"role": "user", "content": f"Compute {a}+{b}. Answer in <final></final>."}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": None if i % 8 == 3 else str(a + b)},
+                "extra_info": {"index": i, "split": "train"},
+            }
+        )
+    (root / "data").mkdir()
+    pd.DataFrame(rows).to_parquet(root / "data" / "train.parquet")
+    pd.DataFrame(rows[:8]).to_parquet(root / "data" / "test.parquet")
+    (root / "probe").mkdir()
+    (root / "probe" / "vb_probe.py").write_text(PROBE)
+    (root / "model").symlink_to(tiny_model_dir, target_is_directory=True)
+    return root
+
+
+def test_vps_two_steps_through_cpu_train_sh(workdir):
+    """Probes run inside verl's agent loop, their records reach the estimator, whose progress matches them."""
+    run = Run(workdir, "vps", [])
+    run.cmd = [
+        "bash",
+        str(ROOT / "recipes" / "cpu_train.sh"),
+        "+reward.reward_kwargs.bot.scorers.toy_answer=python:vb_probe:answer_score",
+        f"+algorithm.vps_alpha={ALPHA}",
+        f"+algorithm.vps_space={SPACE}",
+        f"+algorithm.vps_log_floor={FLOOR}",
+    ]
+    run.env.update(
+        {
+            "ALGO": "vps",
+            "STEPS": "2",
+            "PY": str(ROOT / ".venv" / "bin" / "python"),
+            "OUT_DIR": str(run.dir),
+            "MODEL_DIR": str(workdir / "model"),
+            "DATA_DIR": str(workdir / "data"),
+            "TIMEOUT_S": "600",
+        }
+    )
+    run.start()
+    try:
+        rc = run.wait(timeout=700)
+    finally:
+        run.cleanup()
+    assert rc == 0, run.output(6000)
+
+    calls = [json.loads(ln) for ln in run.probe.read_text().splitlines() if ln.strip()]
+    assert len(calls) == 2, calls
+    for call in calls:
+        rows = call["rows"]
+        assert len(rows) == 32  # 8 prompts x 4 rollouts
+        records = [r["record"] for r in rows]
+        statuses = {rec["status"] for rec in records}
+        assert statuses <= {"ok", "no_ground_truth", "empty_response"}, statuses
+        probed = [r for r in rows if r["record"]["status"] == "ok"]
+        assert probed and any(len(r["record"]["cuts"]) >= 2 for r in probed), records
+        for r in probed:
+            rec = r["record"]
+            assert rec["cuts"][0] == 0 and rec["cuts"] == sorted(rec["cuts"]) and len(rec["logp"]) == len(rec["cuts"])
+            assert all(math.isfinite(x) and x <= 0 for x in rec["logp"])
+            assert rec["probe_tokens"] > 0 and rec["probe_s"] > 0
+        # the progress the estimator added is the slow reference's, from these records (the group z-score)
+        width = max(r["length"] for r in rows)
+        _, expected = reference_vps(
+            [[r["grpo"]] * width for r in rows],
+            [r["length"] for r in rows],
+            [r["uid"] for r in rows],
+            [r["record"]["cuts"] for r in rows],
+            [r["record"]["logp"] for r in rows],
+            [None if r["solved"] is None else float(r["solved"]) for r in rows],
+            ALPHA,
+            space=SPACE,
+            floor=FLOOR,
+        )
+        for r, exp in zip(rows, expected, strict=True):
+            assert r["progress"] == pytest.approx(exp[: r["length"]], abs=1e-3), (r, exp)
+            if r["record"]["status"] != "ok":
+                assert all(p == 0 for p in r["progress"])  # no probes: GRPO's advantage
+        assert any(abs(p) > 1e-3 for r in probed for p in r["progress"]), [(r["record"], r["solved"]) for r in probed]
+        assert call["metrics"]["vps/probe_tokens_per_rollout"] > 0
+
+    # the probing cost reaches verl's logged metrics
+    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
+    assert sorted(steps) == [1, 2], metrics
+    for data in steps.values():
+        assert data["vps/probe_tokens_per_rollout"] > 0 and data["vps/probe_time_s"] > 0
+        assert data["vps/no_ground_truth_rows"] >= 0 and data["vps/probe_failed_rows"] == 0
