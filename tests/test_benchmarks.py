@@ -30,3 +30,17 @@ def test_steps_to_threshold_uses_the_trailing_mean():
     assert steps_to_threshold([0.1, 0.95, 0.2, 0.9, 0.95, 0.96], threshold=0.9, window=3) == 6
     assert steps_to_threshold([0.95, 0.95], threshold=0.9, window=1) == 1
     assert steps_to_threshold([0.5] * 10, threshold=0.9, window=3) is None
+
+
+def test_vps_cost_averages_the_steps_after_the_warm_up(tmp_path):
+    import json
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from vps_cost import step_means
+
+    metrics = tmp_path / "metrics.jsonl"
+    steps = [(1, 50.0), (2, 4.0), (3, 6.0)]
+    rows = [{"step": s, "data": {"timing_s/step": t, "timing_s/gen": t / 2}} for s, t in steps]
+    metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    means = step_means(metrics, ("timing_s/step", "timing_s/gen", "vps/probe_time_s"), skip=1)
+    assert means == {"timing_s/step": 5.0, "timing_s/gen": 2.5}  # step 1 left out; a missing metric too
