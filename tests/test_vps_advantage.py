@@ -278,3 +278,16 @@ def test_settings_defaults_and_validation():
                      ("vps_min_gap", 0), ("vps_cut_rule", "entropy"), ("vps_normalize", "batch"), ("vps_alpha", "x")]:
         with pytest.raises(ValueError, match=key):
             VPSSettings.from_config({key: bad})
+
+
+def test_start_up_checks_refuse_vps_without_its_agent_loop_or_with_a_bad_knob():
+    from tests.conftest import compose_verl_config
+    from verl_bot.preflight import check_config
+
+    base = ["algorithm.adv_estimator=vps"]
+    with pytest.raises(VerlBotConfigError, match="default_agent_loop=single_turn_agent; set it to vps_single_turn"):
+        check_config(compose_verl_config(base))
+    loop = "actor_rollout_ref.rollout.agent.default_agent_loop=vps_single_turn"
+    check_config(compose_verl_config([*base, loop]))
+    with pytest.raises(VerlBotConfigError, match="vps_space='odds' must be prob or log"):
+        check_config(compose_verl_config([*base, loop, "+algorithm.vps_space=odds"]))
