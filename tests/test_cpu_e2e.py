@@ -533,3 +533,89 @@ def test_sigint_leaves_no_ray_processes(workdir):
         assert not left, "Ray processes left behind after SIGINT:\n" + "\n".join(details)
     finally:
         run.cleanup()
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "message"),
+    [
+        (
+            "unknown_data_source",
+            ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot", "data.train_files={nope}"],
+            "no scorer for data_source='nope'",
+        ),
+        (
+            "naive_scalar",
+            ["algorithm.adv_estimator=bot", "reward.reward_manager.name=naive"],
+            "reward.reward_manager.name=naive gives one scalar per response",
+        ),
+        (
+            "kl_in_reward",
+            ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot", "algorithm.use_kl_in_reward=True"],
+            "use the actor's KL loss",
+        ),
+    ],
+)
+def test_misconfiguration_stops_verls_trainer_before_ray_with_the_message_last(workdir, name, extra, message):
+    """verl's real trainer command, misconfigured: non-zero exit in seconds, the message is the last line."""
+    import pandas as pd
+
+    nope = workdir / "nope.parquet"
+    pd.read_parquet(workdir / "train.parquet").assign(data_source="nope").to_parquet(nope)
+    run = Run(workdir, name, [e.format(nope=nope) for e in extra]).start()
+    t0 = time.monotonic()
+    try:
+        rc = run.wait(timeout=120)
+        out = run.output()
+    finally:
+        run.cleanup()
+    assert rc != 0 and time.monotonic() - t0 < 120
+    assert _last_line(out).startswith("verl-bot: run stopped: VerlBotConfigError: "), out[-3000:]
+    assert message in _last_line(out), out[-3000:]
+    assert "Started a local Ray instance" not in out  # refused before Ray (and before any model loads)
+
+
+def test_a_reward_server_refusing_our_credentials_stops_the_run_before_the_first_update(workdir):
+    """A configuration error that only shows when a rollout is scored (HTTP 401 from a real reward server):
+    the reward path marks it, the replay buffer stops the run before any update, the message is the last line."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reward_servers.math", "--port", str(port), "--workers", "1", "--token", "secret"],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    run = Run(
+        workdir,
+        "refused",
+        [
+            "algorithm.adv_estimator=bot",
+            "reward.reward_manager.name=bot",
+            f"+reward.reward_kwargs.bot.scorers.toy_lint=http://127.0.0.1:{port}",
+        ],
+    )
+    run.env.pop("REWARD_SERVER_TOKEN", None)
+    t0 = time.monotonic()
+    try:
+        run.start()
+        rc = run.wait(timeout=300)
+        out = run.output()
+    finally:
+        run.cleanup()
+        server.terminate()
+        server.wait(30)
+    assert rc != 0, out[-3000:]
+    last = _last_line(out)
+    assert last.startswith("verl-bot: run stopped: VerlBotConfigError: "), out[-3000:]
+    assert "answered HTTP 401 (credentials refused)" in last and "REWARD_SERVER_TOKEN" in last, last
+    assert not run.metrics.exists() or "actor/pg_loss" not in run.metrics.read_text()  # no update ran
+    print(f"refused run stopped after {time.monotonic() - t0:.0f} s")
