@@ -9,6 +9,11 @@ steps after the first `--skip` (start-up, first weight sync) and averages `timin
 `timing_s/gen` (generation, which holds the probes: they run inside the agent loop); vps runs also give their
 probe tokens per rollout, the response and prompt lengths, and the probing span of a step (`vps/probe_time_s`).
 Prints the mean times of each algorithm, the ratios vps/grpo, and probe tokens / rollout tokens.
+
+verl's sync v1 trainer waits for the rollouts by polling its replay buffer every 2 s (`ReplayBuffer.poll_interval`,
+not a config key), so on a small config `timing_s/gen` is a multiple of about 2 s and hides a cost below that
+slack; the rollout side's own ratio, (generate call + probes) / generate call per rollout, from the agent loop's
+timings in the same vps runs, does not depend on it.
 """
 
 from __future__ import annotations
@@ -26,13 +31,29 @@ sys.path.insert(0, str(ROOT))
 from verl_bot.eval.records import read_metric  # noqa: E402
 
 KEYS = ("timing_s/step", "timing_s/gen", "response_length/mean", "prompt_length/mean")
-VPS_KEYS = ("vps/probe_tokens_per_rollout", "vps/probe_time_s", "vps/probes_per_rollout")
+VPS_KEYS = (
+    "vps/probe_tokens_per_rollout",
+    "vps/probe_time_s",
+    "vps/probes_per_rollout",
+    "vps/probe_s_per_rollout",
+    "vps/gen_s_per_rollout",
+)
 
 
-def run(algo: str, steps: int, seed: int, out_dir: Path) -> Path:
+def prepare(out: Path, seed: int) -> dict[str, str]:
+    """The toy_math data and the tiny model warm-started on it (made once under `out`): cpu_train.sh's env."""
+    data, model = out / "toy_math_data", out / f"tiny_model_toy_math_s{seed}"
+    if not (data / "train.parquet").exists():
+        subprocess.run([sys.executable, str(ROOT / "recipes" / "data" / "toy_math.py"), "--out", str(data)], check=True)
+    if not (model / "verl_bot_tiny.json").exists():
+        cmd = [sys.executable, "-m", "verl_bot.cpu.tiny_model", str(model), "--seed", str(seed)]
+        subprocess.run([*cmd, "--warm-start", "toy_math"], check=True, cwd=ROOT)
+    return {"TASK": "toy_math", "DATA_DIR": str(data), "MODEL_DIR": str(model), "RESPONSE_LENGTH": "40"}
+
+
+def run(algo: str, steps: int, seed: int, out_dir: Path, task_env: dict[str, str]) -> Path:
     """One `cpu_train.sh` run of `algo` on toy_math; returns its metrics file."""
-    env = {**os.environ, "ALGO": algo, "TASK": "toy_math", "SEED": str(seed), "STEPS": str(steps),
-           "OUT_DIR": str(out_dir)}
+    env = {**os.environ, **task_env, "ALGO": algo, "SEED": str(seed), "STEPS": str(steps), "OUT_DIR": str(out_dir)}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     log = out_dir.with_suffix(".log")
     with open(log, "w") as fh:
@@ -64,11 +85,12 @@ def main() -> None:
     if args.skip >= args.steps:
         parser.error("--skip must be below --steps")
 
+    task_env = prepare(Path(args.out), args.seed)
     results: dict[str, list[dict[str, float]]] = {"grpo": [], "vps": []}
     for r in range(args.repeats):
         for algo in ("grpo", "vps"):
             print(f"running {algo} #{r} ({args.steps} steps) ...", flush=True)
-            metrics = run(algo, args.steps, args.seed, Path(args.out) / f"{algo}_{r}")
+            metrics = run(algo, args.steps, args.seed, Path(args.out) / f"{algo}_{r}", task_env)
             results[algo].append(step_means(metrics, KEYS + (VPS_KEYS if algo == "vps" else ()), args.skip))
 
     mean = {algo: {k: statistics.fmean(m[k] for m in runs) for k in runs[0]} for algo, runs in results.items()}
@@ -80,6 +102,9 @@ def main() -> None:
     print(f"vps: {v['vps/probes_per_rollout']:.2f} probes and {v['vps/probe_tokens_per_rollout']:.1f} probe tokens "
           f"per rollout ({v['vps/probe_tokens_per_rollout'] / rollout_tokens:.2f}x its prompt+response tokens); "
           f"probing span per step {v['vps/probe_time_s']:.2f} s")
+    print(f"vps rollout side: probes {v['vps/probe_s_per_rollout']:.3f} s after a generate call of "
+          f"{v['vps/gen_s_per_rollout']:.3f} s per rollout: ratio (gen+probes)/gen "
+          f"{1 + v['vps/probe_s_per_rollout'] / v['vps/gen_s_per_rollout']:.3f}")
     pairs = [b["timing_s/step"] / a["timing_s/step"] for a, b in zip(results["grpo"], results["vps"], strict=True)]
     print(f"ratio vps/grpo step time {v['timing_s/step'] / g['timing_s/step']:.3f}, "
           f"gen time {v['timing_s/gen'] / g['timing_s/gen']:.3f} "

@@ -134,7 +134,7 @@ def test_vps_two_steps_through_cpu_train_sh(workdir):
             rec = r["record"]
             assert rec["cuts"][0] == 0 and rec["cuts"] == sorted(rec["cuts"]) and len(rec["logp"]) == len(rec["cuts"])
             assert all(math.isfinite(x) and x <= 0 for x in rec["logp"])
-            assert rec["probe_tokens"] > 0 and rec["probe_s"] > 0
+            assert rec["probe_tokens"] > 0 and rec["probe_s"] > 0 and rec["gen_s"] > 0
         # the progress the estimator added is the slow reference's, from these records (the group z-score)
         width = max(r["length"] for r in rows)
         _, expected = reference_vps(

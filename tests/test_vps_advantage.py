@@ -178,7 +178,7 @@ def _rows():
     rec = lambda cuts, logp, status="ok", **kw: {"status": status, "cuts": cuts, "logp": logp, **kw}  # noqa: E731
     info = lambda solved: {"reward_extra_info": {"solved": solved, "score": solved}}  # noqa: E731
     return [
-        {PROBE_FIELD: rec([0, 2], [-2.0, -0.5], probe_tokens=40, probe_s=0.1, t0=10.0, t1=10.5), **info(1.0)},
+        {PROBE_FIELD: rec([0, 2], [-2.0, -0.5], probe_tokens=40, probe_s=0.1, t0=10, t1=10.5, gen_s=1.2), **info(1.0)},
         {PROBE_FIELD: rec([0], [-1.5], probe_tokens=20, probe_s=0.05, t0=10.1, t1=10.2), **info(0.0)},
         {PROBE_FIELD: rec([0, 1, 3], [-3.0, -2.0, -2.5], probe_tokens=60, probe_s=0.2, t0=10.2, t1=11.0), **info(0.0)},
         {PROBE_FIELD: rec([], [], "no_ground_truth"), **info(0.0)},
@@ -236,6 +236,7 @@ def test_adapter_adds_alpha_times_progress_and_reports_cost():
     assert m["vps/probe_tokens_per_rollout"] == pytest.approx(142 / 6)
     assert m["vps/probes_per_rollout"] == pytest.approx(7 / 6)
     assert m["vps/probe_time_s"] == pytest.approx(1.0)  # first probe start 10.0 to last end 11.0
+    assert m["vps/probe_s_per_rollout"] == pytest.approx(0.4 / 6) and m["vps/gen_s_per_rollout"] == pytest.approx(0.2)
     assert m["vps/no_ground_truth_rows"] == 1 and m["vps/skipped_long_probes"] == 1 and m["vps/probed_rows"] == 4
     assert m["vps/probe_failed_rows"] == 0 and m["vps/no_outcome_rows"] == 0 and m["vps/progress_abs_mean"] > 0
 

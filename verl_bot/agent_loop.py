@@ -52,7 +52,7 @@ class VPSAgentLoop(SingleTurnAgentLoop):
         max_len = self.rollout_config.get("max_model_len") or model_max_positions(
             str(model.path), bool(model.get("trust_remote_code", False))
         )
-        output.extra_fields[PROBE_FIELD] = await probe_rollout(
+        record = await probe_rollout(
             self._probe,
             prompt_ids=output.prompt_ids,
             response_ids=output.response_ids,
@@ -63,6 +63,8 @@ class VPSAgentLoop(SingleTurnAgentLoop):
             settings=settings,
             max_model_len=int(max_len),
         )
+        record["gen_s"] = float(output.metrics.generate_sequences)  # the generate call, for the cost metrics
+        output.extra_fields[PROBE_FIELD] = record
         if not asked:  # the rollout config did not ask for log-probs: store none, as verl would
             output.response_logprobs = None
         return output

@@ -283,6 +283,7 @@ def probe_metrics(records: Sequence[Mapping[str, Any]], num_segments: torch.Tens
         "vps/probe_tokens_per_rollout": sum(float(r.get("probe_tokens", 0)) for r in records) / n,
         "vps/probes_per_rollout": float(num_segments.sum()) / n,
         "vps/probe_s_per_rollout": sum(float(r.get("probe_s", 0.0)) for r in records) / n,
+        "vps/gen_s_per_rollout": sum(float(r.get("gen_s", 0.0)) for r in records) / n,
         "vps/probe_time_s": (max(t1) - min(t0)) if t0 and t1 else 0.0,
         "vps/probed_rows": float(probed.sum()),
         "vps/no_ground_truth_rows": float(sum(s == "no_ground_truth" for s in status)),
