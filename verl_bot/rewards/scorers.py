@@ -37,6 +37,13 @@ class ScorerError(RuntimeError):
     """A scorer could not produce a verdict (raised, timed out, server unreachable, bad answer)."""
 
 
+class NoScorer(KeyError):
+    """No scorer knows a data_source: a configuration error that ends the run (never the failure sentinel)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class PythonScorer:
     """Runs an in-process scoring function (sync functions in a worker thread)."""
 
