@@ -195,7 +195,7 @@ def test_gsm8k_of_verls_preprocessing_with_only_the_two_overrides(tmp_path, tiny
     for r in records:
         assert r["data_source"] == "openai/gsm8k"
         g = float(gsm8k.compute_score(r["text"], r["ground_truth"]))
-        assert r["extra"]["score"] == g, r
+        assert r["extra"]["score"] == r["extra"]["acc"] == g, r  # acc: verl's validation reads it
         assert r["extra"]["scorer_failed"] == 0.0, r
         assert r["reward_score"] == [g] * len(r["ids"]), r  # G on every token
         scores.append(g)

@@ -114,7 +114,7 @@ def test_verl_default_data_sources_are_read_from_its_source():
 
 
 def test_verdict_from_a_verl_result():
-    assert verdict_from_result(0.5) == {"global": {"score": 0.5, "parts": {}}, "local": []}
+    assert verdict_from_result(0.5) == {"global": {"score": 0.5, "parts": {"acc": 0.5}}, "local": []}
     assert verdict_from_result(True)["global"]["score"] == 1.0
     assert verdict_from_result(np.float32(0.25))["global"]["score"] == 0.25
     span = {"start": 1, "end": 4, "value": -1.0}
@@ -141,7 +141,8 @@ def test_gsm8k_rows_get_verls_gsm8k_score(tiny_model_dir, tokenizer):
     for out, ids in zip(outputs, rows, strict=True):
         assert out["reward_score"] == [out["reward_extra_info"]["score"]] * len(ids)  # G on every token, no S
         assert out["reward_extra_info"]["scorer_failed"] == 0.0
-        assert set(out["reward_extra_info"]) == {"score", "scorer_failed", "scorer_error"}
+        assert set(out["reward_extra_info"]) == {"score", "acc", "scorer_failed", "scorer_error"}
+        assert out["reward_extra_info"]["acc"] == out["reward_extra_info"]["score"]  # as verl's naive reports it
 
 
 def test_custom_function_dict_gives_g_parts_and_local_spans(custom_worker, tokenizer):
@@ -198,7 +199,7 @@ def test_a_hung_call_is_killed_and_the_worker_replaced(custom_worker, tokenizer)
     outputs = score(custom_worker, data)
     assert outputs[0]["reward_score"] == [0.0] * len(rows[0])  # the failure sentinel
     assert outputs[0]["reward_extra_info"]["scorer_failed"] == 1.0
-    assert outputs[1]["reward_extra_info"] == {"score": 0.25, "scorer_failed": 0.0, "scorer_error": 0.0}
+    assert outputs[1]["reward_extra_info"] == {"score": 0.25, "acc": 0.25, "scorer_failed": 0.0, "scorer_error": 0.0}
     pool = custom_worker.reward_manager.verl_scorer._pool
     assert pool.restarts >= 1
     data, _ = make_batch(tokenizer, ["fine again"], data_source="hang")

@@ -9,8 +9,9 @@ function verl's own reward managers would call (`verl_bot.rewards.verl_reward_fn
 2. else verl's `default_compute_score`, for the data sources it knows (`openai/gsm8k`, `lighteval/MATH`,
    `aime*`, ...). Any other data source is a configuration error, before any call.
 
-What the function returns becomes a REWARD_API verdict (`verdict_from_result`): a number is G; a dict's `score`
-is G, its other numeric keys are parts of G (the metrics `reward/<key>/mean`; other values are dropped), and
+What the function returns becomes a REWARD_API verdict (`verdict_from_result`): a number is G (also reported
+as `acc`, as verl's `naive` manager does); a dict's `score` is G, its other numeric keys are parts of G (the
+metrics `reward/<key>/mean`; other values are dropped), and
 its optional `local` list of REWARD_API spans (`{"start", "end", "value"}`, character offsets into
 `solution_str`) is the local signal S. A `NotImplementedError` from the function (verl's answer for a data
 source it does not know) is a configuration error that ends the run; any other exception, a timeout or a bad
@@ -55,7 +56,8 @@ def verdict_from_result(result: Any) -> dict:
         }
         return {"global": {"score": result["score"], "parts": parts}, "local": result.get("local") or []}
     if isinstance(result, bool | int | float | np.number | np.bool_):
-        return {"global": {"score": float(result), "parts": {}}, "local": []}
+        # `acc` as verl's naive manager reports a number: verl's validation reads it (val-core/<source>/acc)
+        return {"global": {"score": float(result), "parts": {"acc": float(result)}}, "local": []}
     raise InvalidVerdict(f"a verl reward function returned {type(result).__name__}, not a number or a dict")
 
 
