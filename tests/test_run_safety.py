@@ -68,11 +68,18 @@ def test_what_cannot_work_is_refused_with_one_line(tmp_path, overrides, message)
 
 def test_a_data_source_without_scorer_is_named_with_its_file_and_the_fix(tmp_path):
     cfg = config(tmp_path, *BOT, data_sources=("toy_lint", "nope", "nada"))
-    expected = r"no scorer for data_source='nada' \(in .*train.parquet\) nor \['nope'\]; add \+reward.reward_kwargs"
+    expected = r"no scorer for data_source='nada' \(in .*train.parquet\) nor \['nope'\]; no reward.custom_reward_f"
     with pytest.raises(VerlBotConfigError, match=expected):
         check_config(cfg)
     check_config(config(tmp_path, *BOT, "+reward.reward_kwargs.bot.scorers.nope=builtin:toy_lint",
                         "+reward.reward_kwargs.bot.scorers.nada=http://127.0.0.1:1", data_sources=("nope", "nada")))
+
+
+def test_data_sources_of_verls_reward_functions_are_served(tmp_path, tmp_path_factory):
+    check_config(config(tmp_path, *BOT, data_sources=("openai/gsm8k", "lighteval/MATH")))
+    custom = tmp_path_factory.mktemp("fn") / "fn.py"
+    custom.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
+    check_config(config(tmp_path, *BOT, f"reward.custom_reward_function.path={custom}", data_sources=("mine",)))
 
 
 def test_broadcast_knob_lets_bot_run_on_a_scalar_manager(tmp_path):

@@ -33,7 +33,8 @@ from typing import Any
 
 from verl_bot.advantage import estimator_spec
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.rewards.scorers import build_scorers, unscorable_sources
+from verl_bot.hooks.reward_functions import default_knows, function_config
+from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 BROADCAST_KEY = "bot_broadcast_scalar"
@@ -70,6 +71,16 @@ def data_sources(paths: Iterable[str]) -> dict[str, str]:
         for source in pq.read_table(path, columns=["data_source"]).column("data_source").unique().to_pylist():
             found.setdefault(str(source), path)
     return found
+
+
+def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> list[str]:
+    """The data sources among `sources` the `bot` manager could not score: no configured or built-in scorer,
+    no `reward.custom_reward_function` (which is asked about any data source), and unknown to verl's
+    `default_compute_score`."""
+    if "custom_reward_function" in function_config(config):
+        return []
+    known = {**DEFAULT_SCORERS, **dict(settings.get("scorers") or {})}
+    return [source for source in sources if source not in known and not default_knows(source)]
 
 
 def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> str | None:
@@ -129,5 +140,6 @@ def check_config(config: Any) -> None:
         raise VerlBotConfigError(
             f"bot reward manager: no scorer for data_source={first!r} (in {sources[first]})"
             + (f" nor {missing[1:]}" if len(missing) > 1 else "")
-            + f"; add +reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
+            + "; no reward.custom_reward_function is set and verl's default_compute_score does not know it; add "
+            + f"+reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
         )
