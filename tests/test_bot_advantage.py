@@ -200,3 +200,13 @@ def test_adapter_reads_config_and_ignores_extra_kwargs():
     torch.testing.assert_close(adv, reference_bot(rewards, mask, [0, 0], eps=0.0).float())
     centred, _ = compute_bot_advantage(rewards, mask, index=index, config={"norm_adv_by_std_in_grpo": False})
     torch.testing.assert_close(centred, torch.tensor([[0.75, -0.25], [-0.25, -0.25]]))
+
+
+def test_shift_far_from_the_row_mean_keeps_float32_precision():
+    # each row's first reward (the row's shift) is an outlier: the shifted-sum variance would cancel ~13 bits
+    gen = torch.Generator().manual_seed(3)
+    rewards = 1.0 + torch.randn(4, 4096, dtype=torch.float64, generator=gen) * 1e-3
+    rewards[:, 0] = 5.0
+    mask = torch.ones(4, 4096)
+    ref = reference_bot(rewards, mask, [0, 0, 0, 0])
+    torch.testing.assert_close(bot_advantage(rewards.float(), mask, np.zeros(4)).double(), ref, rtol=0, atol=1e-4)

@@ -12,15 +12,18 @@ When every token of a rollout carries the same reward R_k this is GRPO with
 the population std on every token; duplicating every token of a rollout
 leaves mu and var unchanged (length invariance).
 
-Numerics: one (B, T) work buffer; all sums are over rewards shifted by one reward of the group
-(exact when all rewards of a group are equal, so such a group gets exactly 0);
-a group with zero variance gets 0, never NaN or inf; padding gets 0. Rows with
-no valid token take no part in their group (they are not counted in K).
+Numerics: one (B, T) work buffer and one float copy of the mask. Pass 1 writes each valid reward minus
+its row's first valid reward (s_k) and reads back each row's sum and sum of squares; the group's mean
+and variance follow in O(B) float64 work as within-rollout plus between-rollout parts (the variance is
+recomputed directly for the rare row where the shift cancels more than 6 bits); pass 2 turns the
+buffer into the advantages in place. A group whose valid rewards are all equal therefore gets exactly
+0; a group with zero variance gets 0, never NaN or inf; padding gets 0; sums that overflow the dtype
+are redone in float64. Rows with no valid token take no part in their group (they are not counted in K).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +32,10 @@ from verl.utils.groupwise import as_torch_index
 from verl_bot.advantage.common import group_sum, raise_for_rows
 
 DEFAULT_EPSILON = 1e-6
+
+# V = E[(r - s)^2] - (m - s)^2 loses about log2(E[(r - s)^2] / V) bits to cancellation; a row losing more
+# than 6 has its variance recomputed directly around its mean (rare: s is one of the row's own rewards).
+_CANCELLATION_LIMIT = 64.0
 
 
 def _raise_if_not_finite(rewards: torch.Tensor, response_mask: torch.Tensor, index) -> None:
@@ -76,81 +83,94 @@ def bot_advantage(
     batch_size = rewards.shape[0]
     if len(index) != batch_size:
         raise ValueError(f"bot advantage: {len(index)} uids for {batch_size} rows")
-    out_dtype = torch.promote_types(rewards.dtype, torch.float32)
+    work_dtype = torch.promote_types(rewards.dtype, torch.float32)
     if batch_size == 0:
-        return torch.zeros_like(rewards, dtype=out_dtype)
+        return torch.zeros_like(rewards, dtype=work_dtype)
 
     group = as_torch_index(index, device=rewards.device)
     num_groups = int(group.max()) + 1
-    lengths = response_mask.sum(dim=1).double()  # (B,) L_k
+    mask = response_mask.to(work_dtype)  # (B, T) 0/1; no copy when it is already of the work dtype
+    shift = _first_valid_reward(rewards, mask)  # (B,) s_k
+    buffer, row_sum, sq_sum = _shifted_row_sums(rewards, mask, shift, index)
+    if buffer is None:  # |rewards| near the dtype's limit overflowed: redo it in float64 (rare, exact)
+        mask = response_mask.to(torch.float64)
+        buffer, row_sum, sq_sum = _shifted_row_sums(rewards, mask, shift, index)
+    var, mean_minus_shift = _group_statistics(rewards, mask, shift, group, num_groups, row_sum, sq_sum)
+    if norm_by_std:
+        scale = torch.where(var > 0, 1.0 / (var.clamp(min=0.0).sqrt() + epsilon), 0.0)
+    else:
+        scale = torch.where(var > 0, 1.0, 0.0)
+    # buffer holds r - s_k on valid tokens: subtract mu - s_k there, then scale; padding stays 0
+    buffer.addcmul_(mask, mean_minus_shift.to(buffer.dtype)[:, None], value=-1)
+    return buffer.mul_(scale[group].to(buffer.dtype)[:, None]).to(work_dtype)
+
+
+def _first_valid_reward(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) each row's reward at its first valid token (the reward at token 0 for rows without any).
+
+    rewards: (B, T); mask: (B, T) 0/1 of a float dtype.
+    """
+    if bool((mask[:, 0] != 0).all()):  # right-padded rows: token 0 is valid
+        return rewards[:, 0]
+    first_valid = mask.argmax(dim=1)  # the first 1 of each row
+    return rewards.gather(1, first_valid[:, None]).squeeze(1)
+
+
+def _shifted_row_sums(rewards, mask, shift, index):
+    """Pass 1: the (B, T) buffer of r_t - s_k on valid tokens (0 on padding) and its (B,) float64 row sums
+    and sums of squares; (None, None, None) if they overflow the buffer's dtype.
+
+    rewards: (B, T); mask: (B, T) 0/1 of the buffer's dtype; shift: (B,) s_k, each row's first valid reward.
+    Raises ValueError naming the uids when a valid token's reward is NaN/inf.
+    """
+    buffer = torch.sub(rewards, shift.to(mask.dtype)[:, None]).mul_(mask)
+    row_sum = buffer.sum(dim=1).double()
+    if not torch.isfinite(row_sum).all():
+        _raise_if_not_finite(rewards, mask, index)
+        buffer = torch.where(mask != 0, buffer, 0.0)  # NaN/inf only on padding (or overflow): drop it
+        row_sum = buffer.sum(dim=1).double()
+    sq_sum = torch.linalg.vector_norm(buffer, dim=1).double().square()  # no (B, T) temporary
+    if not (torch.isfinite(row_sum).all() and torch.isfinite(sq_sum).all()):
+        return None, None, None
+    return buffer, row_sum, sq_sum
+
+
+def _group_statistics(
+    rewards, mask, shift, group, num_groups: int, row_sum, sq_sum
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group mean and variance from each row's shifted sums, O(B) float64 work.
+
+    var_g = sum_k W_k * (V_k + (m_k - mu_g)^2): V_k the variance of row k's rewards around their mean m_k,
+    W_k = 1/K the rollout's weight. Means are taken relative to one
+    shift of the group (s_g, a row's first reward), so a group whose rewards are all equal gets exactly 0.
+    rewards, mask: (B, T); shift: (B,) s_k; group: (B,) ids; row_sum, sq_sum: (B,) float64 sums of r - s_k
+    and (r - s_k)^2 over each row's valid tokens. Returns var_g (G,) and mu_g - s_k (B,), float64.
+    """
+    lengths = mask.sum(dim=1).double()  # (B,) L_k
     has_tokens = lengths > 0
     inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1.0), 0.0)  # (B,) 1/L_k, 0 for empty rows
-    k_per_group = group_sum(has_tokens.double(), group, num_groups).clamp(min=1.0)  # (G,) K
-    groups = _Groups(
-        group, num_groups, _group_shift(rewards, response_mask, group, num_groups, has_tokens), inv_len, k_per_group
-    )
+    rollouts = group_sum(has_tokens.double(), group, num_groups)  # (G,) K
+    weight = has_tokens.double() / rollouts.clamp(min=1.0)[group]  # (B,) W_k = 1/K
+    row_shift = torch.where(has_tokens, shift.double(), -torch.inf)  # (B,) s_k (finite: NaN/inf raised before)
+    group_shift = torch.full((num_groups,), -torch.inf, dtype=torch.float64, device=rewards.device)
+    group_shift = group_shift.scatter_reduce(0, group, row_shift, reduce="amax")  # (G,) s_g, one of the s_k
+    group_shift = torch.where(torch.isfinite(group_shift), group_shift, 0.0)[group]  # (B,)
+    row_shift = torch.where(has_tokens, row_shift, group_shift)  # rows without tokens: any finite value
 
-    advantages, sq_sum = _standardize(rewards, response_mask, groups, epsilon, norm_by_std, out_dtype, index)
-    if not torch.isfinite(sq_sum).all():
-        # |rewards| near the dtype's limit overflowed the shifted buffer: redo it in float64 (rare, exact)
-        advantages, _ = _standardize(rewards, response_mask, groups, epsilon, norm_by_std, torch.float64, index)
-        advantages = advantages.to(out_dtype)
-    return advantages
+    row_mean = row_sum * inv_len  # (B,) m_k - s_k
+    row_var = sq_sum * inv_len - row_mean.square()  # (B,) V_k, by the shifted-sum identity
+    lossy = has_tokens & (sq_sum * inv_len > _CANCELLATION_LIMIT * row_var)  # also catches V_k < 0
+    if bool(lossy.any()):
+        rows = lossy.nonzero().flatten()
+        centered = rewards[rows].double() - (row_shift + row_mean)[rows, None]
+        centered = torch.where(mask[rows] != 0, centered, 0.0)
+        row_var = row_var.index_put((rows,), centered.square().sum(dim=1) * inv_len[rows])
 
-
-class _Groups(NamedTuple):
-    """Per-row group facts: `group` (B,) ids in [0, num_groups), `shift` (B,) the group's reference reward,
-    `inv_len` (B,) 1/L_k (0 for empty rows), `k_per_group` (G,) rollouts with tokens per group."""
-
-    group: torch.Tensor
-    num_groups: int
-    shift: torch.Tensor
-    inv_len: torch.Tensor
-    k_per_group: torch.Tensor
-
-
-def _group_shift(rewards, response_mask, group, num_groups: int, has_tokens) -> torch.Tensor:
-    """(B,) float64: one valid reward of each row's group (its first valid token in some row), 0 if none.
-
-    Subtracting it first makes every sum exactly 0 in a group whose rewards are all equal.
-    rewards, response_mask: (B, T); group, has_tokens: (B,).
-    """
-    rows = torch.arange(rewards.shape[0], device=rewards.device)
-    if bool(((response_mask[:, 0] != 0) | ~has_tokens).all()):  # right-padded rows: token 0 is valid
-        first_valid = torch.zeros_like(rows)
-    else:
-        first_valid = (response_mask != 0).to(torch.uint8).argmax(dim=1)
-    row_first = torch.where(has_tokens, rewards[rows, first_valid].double(), -torch.inf)
-    row_first = torch.where(torch.isfinite(row_first) | ~has_tokens, row_first, 0.0)  # NaN/inf: reported later
-    shift_g = torch.full((num_groups,), -torch.inf, dtype=torch.float64, device=rewards.device)
-    shift_g = shift_g.scatter_reduce(0, group, row_first, reduce="amax")
-    return torch.where(torch.isfinite(shift_g), shift_g, 0.0)[group]
-
-
-def _standardize(rewards, response_mask, groups: _Groups, epsilon, norm_by_std, work_dtype, index):
-    """(r - mu_g) [/ (std_g + eps)] on valid tokens, in ONE (B, T) buffer of `work_dtype`.
-
-    rewards, response_mask: (B, T). Returns the advantages (B, T) of `work_dtype` (0 on padding and in
-    zero-variance groups) and the (B,) float64 sums of squared deviations (non-finite if the buffer overflowed).
-    """
-    group, num_groups, shift, inv_len, k_per_group = groups
-    centered = rewards.to(work_dtype, copy=True)
-    centered.sub_(shift.to(work_dtype)[:, None]).mul_(response_mask)
-    row_sum = centered.sum(dim=1).double()  # (B,) sum_t (r_t - shift)
-    if not torch.isfinite(row_sum).all():
-        _raise_if_not_finite(rewards, response_mask, index)
-        centered = torch.where(response_mask != 0, centered, 0.0)  # NaN/inf only on padding: drop it
-        row_sum = centered.sum(dim=1).double()
-    mu_g = group_sum(row_sum * inv_len, group, num_groups) / k_per_group  # (G,) mean minus shift
-    centered.sub_(mu_g.to(work_dtype)[group][:, None]).mul_(response_mask)
-    sq_sum = torch.linalg.vecdot(centered, centered).double()  # (B,) sum_t (r_t - mu)^2
-    var_g = group_sum(sq_sum * inv_len, group, num_groups) / k_per_group  # (G,)
-
-    if norm_by_std:
-        scale_g = torch.where(var_g > 0, 1.0 / (var_g.sqrt() + epsilon), 0.0)
-    else:
-        scale_g = torch.where(var_g > 0, 1.0, 0.0)
-    return centered.mul_(scale_g.to(work_dtype)[group][:, None]), sq_sum
+    offset = row_shift - group_shift + row_mean  # (B,) m_k - s_g
+    mean = group_sum(weight * offset, group, num_groups)  # (G,) mu_g - s_g
+    deviation = offset - mean[group]  # (B,) m_k - mu_g
+    var = group_sum(weight * (row_var + deviation.square()), group, num_groups)
+    return var, mean[group] - (row_shift - group_shift)
 
 
 def compute_bot_advantage(
