@@ -6,11 +6,21 @@ of its rollout, so every rollout weighs the same however long it is:
 
     mu    = (1/K) * sum_k (1/L_k) * sum_t r_t^(k)
     var   = (1/K) * sum_k (1/L_k) * sum_t (r_t^(k) - mu)^2        (population form)
-    A_t^(k) = (r_t^(k) - mu) / (sqrt(var) + eps)          ("no std scaling": r_t^(k) - mu)
+    A_t^(k) = (r_t^(k) - mu) / (max(sqrt(var), floor) + eps)   ("no std scaling": r_t^(k) - mu)
 
 When every token of a rollout carries the same reward R_k this is GRPO with
 the population std on every token; duplicating every token of a rollout
 leaves mu and var unchanged (length invariance).
+
+Knobs (the paper's choice is the default; `compute_bot_advantage` reads them from verl's `algorithm` config):
+
+- `bot_length_weighting` (default True, the paper): each token weighs 1/(K L_k). False: plain token
+  pooling, every valid token of the group weighs 1/N (N = the group's number of valid tokens), so
+  mu = sum of all token rewards / N and var = sum of (r - mu)^2 / N; long rollouts then weigh more.
+- `bot_std_floor` (default 0.0, the paper): the std used for scaling is max(std, floor). In a tied group
+  (every rollout the same outcome) the only variance left is the local signal, and one token with
+  S = -0.01 among 8 x 4096 tokens gets A ~ -178; a floor bounds |A| by max|r - mu| / floor.
+- `bot_epsilon` (default 1e-6): added to the (floored) std.
 
 Numerics: one (B, T) work buffer and one float copy of the mask. Pass 1 writes each valid reward minus
 its row's first valid reward (s_k) and reads back each row's sum and sum of squares; the group's mean
@@ -23,6 +33,7 @@ are redone in float64. Rows with no valid token take no part in their group (the
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -32,6 +43,7 @@ from verl.utils.groupwise import as_torch_index
 from verl_bot.advantage.common import group_sum, raise_for_rows
 
 DEFAULT_EPSILON = 1e-6
+DEFAULT_STD_FLOOR = 0.0
 
 # V = E[(r - s)^2] - (m - s)^2 loses about log2(E[(r - s)^2] / V) bits to cancellation; a row losing more
 # than 6 has its variance recomputed directly around its mean (rare: s is one of the row's own rewards).
@@ -58,6 +70,8 @@ def bot_advantage(
     index: np.ndarray | torch.Tensor | list,
     epsilon: float = DEFAULT_EPSILON,
     norm_by_std: bool = True,
+    length_weighting: bool = True,
+    std_floor: float = DEFAULT_STD_FLOOR,
 ) -> torch.Tensor:
     """Per-token BoT-GRPO advantages, vectorized over groups (no Python loop over rows or groups).
 
@@ -66,7 +80,9 @@ def bot_advantage(
         response_mask: (B, T) 1 for response tokens, 0 for padding.
         index: (B,) group label of each row (verl's `uid`), any hashable labels.
         epsilon: added to the group std before dividing.
-        norm_by_std: divide by (std + epsilon); False keeps only the centering.
+        norm_by_std: divide by (max(std, std_floor) + epsilon); False keeps only the centering.
+        length_weighting: weigh each token by 1/(K L_k) (the paper); False: every token by 1/N.
+        std_floor: lower bound on the std used for scaling (0 = the paper).
 
     Returns:
         advantages: (B, T), float32 (float64 if the rewards are float64); 0 on padding
@@ -79,6 +95,8 @@ def bot_advantage(
         )
     if index is None:
         raise ValueError("bot advantage needs group ids: the batch has no 'uid' (non_tensor_batch['uid'])")
+    if not (math.isfinite(std_floor) and std_floor >= 0):
+        raise ValueError(f"bot advantage: std_floor must be a finite number >= 0, got {std_floor}")
     rewards = token_level_rewards
     batch_size = rewards.shape[0]
     if len(index) != batch_size:
@@ -95,9 +113,11 @@ def bot_advantage(
     if buffer is None:  # |rewards| near the dtype's limit overflowed: redo it in float64 (rare, exact)
         mask = response_mask.to(torch.float64)
         buffer, row_sum, sq_sum = _shifted_row_sums(rewards, mask, shift, index)
-    var, mean_minus_shift = _group_statistics(rewards, mask, shift, group, num_groups, row_sum, sq_sum)
+    var, mean_minus_shift = _group_statistics(
+        rewards, mask, shift, group, num_groups, row_sum, sq_sum, length_weighting
+    )
     if norm_by_std:
-        scale = torch.where(var > 0, 1.0 / (var.clamp(min=0.0).sqrt() + epsilon), 0.0)
+        scale = torch.where(var > 0, 1.0 / (var.clamp(min=0.0).sqrt().clamp(min=std_floor) + epsilon), 0.0)
     else:
         scale = torch.where(var > 0, 1.0, 0.0)
     # buffer holds r - s_k on valid tokens: subtract mu - s_k there, then scale; padding stays 0
@@ -136,12 +156,12 @@ def _shifted_row_sums(rewards, mask, shift, index):
 
 
 def _group_statistics(
-    rewards, mask, shift, group, num_groups: int, row_sum, sq_sum
+    rewards, mask, shift, group, num_groups: int, row_sum, sq_sum, length_weighting: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Group mean and variance from each row's shifted sums, O(B) float64 work.
 
     var_g = sum_k W_k * (V_k + (m_k - mu_g)^2): V_k the variance of row k's rewards around their mean m_k,
-    W_k = 1/K the rollout's weight. Means are taken relative to one
+    W_k the rollout's weight (1/K, or L_k/N without length weighting). Means are taken relative to one
     shift of the group (s_g, a row's first reward), so a group whose rewards are all equal gets exactly 0.
     rewards, mask: (B, T); shift: (B,) s_k; group: (B,) ids; row_sum, sq_sum: (B,) float64 sums of r - s_k
     and (r - s_k)^2 over each row's valid tokens. Returns var_g (G,) and mu_g - s_k (B,), float64.
@@ -150,7 +170,10 @@ def _group_statistics(
     has_tokens = lengths > 0
     inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1.0), 0.0)  # (B,) 1/L_k, 0 for empty rows
     rollouts = group_sum(has_tokens.double(), group, num_groups)  # (G,) K
-    weight = has_tokens.double() / rollouts.clamp(min=1.0)[group]  # (B,) W_k = 1/K
+    if length_weighting:
+        weight = has_tokens.double() / rollouts.clamp(min=1.0)[group]  # (B,) W_k = 1/K
+    else:
+        weight = lengths / group_sum(lengths, group, num_groups).clamp(min=1.0)[group]  # (B,) W_k = L_k/N
     row_shift = torch.where(has_tokens, shift.double(), -torch.inf)  # (B,) s_k (finite: NaN/inf raised before)
     group_shift = torch.full((num_groups,), -torch.inf, dtype=torch.float64, device=rewards.device)
     group_shift = group_shift.scatter_reduce(0, group, row_shift, reduce="amax")  # (G,) s_g, one of the s_k
@@ -173,6 +196,27 @@ def _group_statistics(
     return var, mean[group] - (row_shift - group_shift)
 
 
+def bot_options(config: Any) -> dict[str, Any]:
+    """The keyword arguments of `bot_advantage` from verl's `algorithm` config (None: the defaults).
+
+    Keys: `bot_epsilon`, `bot_length_weighting`, `bot_std_floor` (set with `+algorithm.<key>=...`) and
+    verl's own `norm_adv_by_std_in_grpo`. Raises ValueError naming the key for a value of the wrong kind.
+    """
+    get = config.get if config is not None else (lambda key, default=None: default)
+    length_weighting = get("bot_length_weighting", True)
+    if not isinstance(length_weighting, bool):
+        raise ValueError(f"+algorithm.bot_length_weighting must be true or false, got {length_weighting!r}")
+    std_floor = get("bot_std_floor", DEFAULT_STD_FLOOR)
+    if isinstance(std_floor, bool) or not isinstance(std_floor, int | float) or not (0 <= std_floor < math.inf):
+        raise ValueError(f"+algorithm.bot_std_floor must be a finite number >= 0, got {std_floor!r}")
+    return {
+        "epsilon": float(get("bot_epsilon", DEFAULT_EPSILON)),
+        "norm_by_std": bool(get("norm_adv_by_std_in_grpo", True)),
+        "length_weighting": length_weighting,
+        "std_floor": float(std_floor),
+    }
+
+
 def compute_bot_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -182,10 +226,9 @@ def compute_bot_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl adapter for `bot_advantage` (registered as `algorithm.adv_estimator=bot`).
 
-    Reads from the `algorithm` config: `bot_epsilon` (default 1e-6; set with
-    `+algorithm.bot_epsilon=...`) and verl's own `norm_adv_by_std_in_grpo`
-    (default True; False switches std scaling off). Extra keyword arguments
-    from verl are accepted and ignored.
+    Reads its options from the `algorithm` config with `bot_options`: `bot_epsilon` (1e-6),
+    `bot_length_weighting` (true), `bot_std_floor` (0.0) and verl's own `norm_adv_by_std_in_grpo`
+    (true; false switches std scaling off). Extra keyword arguments from verl are accepted and ignored.
 
     Args:
         token_level_rewards: (B, T). response_mask: (B, T). index: (B,) uids.
@@ -193,8 +236,5 @@ def compute_bot_advantage(
     Returns:
         (advantages, returns): both (B, T), the same tensor as in verl's GRPO.
     """
-    get = config.get if config is not None else (lambda key, default=None: default)
-    epsilon = float(get("bot_epsilon", DEFAULT_EPSILON))
-    norm_by_std = bool(get("norm_adv_by_std_in_grpo", True))
-    advantages = bot_advantage(token_level_rewards, response_mask, index, epsilon=epsilon, norm_by_std=norm_by_std)
+    advantages = bot_advantage(token_level_rewards, response_mask, index, **bot_options(config))
     return advantages, advantages
