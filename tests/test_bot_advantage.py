@@ -11,6 +11,8 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from verl_bot.advantage.bot import (
     bot_advantage,
+    bot_advantage_and_stats,
+    bot_diagnostics,
     bot_options,
     compute_bot_advantage,
 )
@@ -283,6 +285,43 @@ def test_knobs_match_loop_reference(batch, norm_by_std, length_weighting, std_fl
     adv = bot_advantage(rewards, mask, index, **kwargs)
     ref = reference_bot(rewards, mask, list(index), **kwargs)
     torch.testing.assert_close(adv, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_diagnostics_hand_computed():
+    rewards = torch.tensor(
+        [
+            [1.0, 0.0, 0.0, 0.0],  # group "tied": means 1/2 and 1/2, all variance within rollouts
+            [0.0, 1.0, 0.0, 0.0],
+            [1.0, 1.0, 0.0, 0.0],  # group "split": means 1 and 0, all variance between rollouts
+            [0.0, 0.0, 0.0, 0.0],
+            [2.0, 2.0, 2.0, 0.0],  # group "equal": every reward 2 (tied, advantages exactly 0)
+            [2.0, 0.0, 0.0, 0.0],
+            [4.0, 0.0, 0.0, 0.0],  # group "solo": one rollout, not counted in the share
+        ]
+    )
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1] * 4])
+    index = np.array(["tied", "tied", "split", "split", "equal", "equal", "solo"], dtype=object)
+    adv, stats = bot_advantage_and_stats(rewards, mask, index, epsilon=0.0)
+    # groups in sorted uid order: equal, solo, split, tied
+    torch.testing.assert_close(stats.rollouts, torch.tensor([2.0, 1.0, 2.0, 2.0], dtype=torch.float64))
+    within, between = torch.tensor([0.0, 3.0, 0.0, 0.25]), torch.tensor([0.0, 0.0, 0.25, 0.0])  # float32 sums
+    torch.testing.assert_close(stats.within, within.double(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(stats.between, between.double(), rtol=1e-6, atol=1e-7)
+    # solo: mu = 1, var = 1/4 * (3^2 + 3 * 1^2) = 3, so the token with reward 4 gets 3 / sqrt(3)
+    diagnostics = bot_diagnostics(adv, stats)
+    assert diagnostics["tied_group_share"] == pytest.approx(2 / 3)
+    assert diagnostics["adv_abs_max"] == pytest.approx(math.sqrt(3), rel=1e-6)
+
+
+def test_tied_share_counts_near_equal_means_as_tied():
+    # 8 rollouts with the same G; one local penalty moves one rollout's mean by 0.01 / 4096
+    rewards = torch.ones(8, 4096)
+    rewards[3, 100] = 0.99
+    adv, stats = bot_advantage_and_stats(rewards, torch.ones(8, 4096), np.zeros(8))
+    assert bot_diagnostics(adv, stats)["tied_group_share"] == 1.0
+    assert bot_diagnostics(adv, stats, tie_tolerance=0.0)["tied_group_share"] == 0.0  # exact equality: not tied
+    empty_adv, empty_stats = bot_advantage_and_stats(torch.zeros(0, 3), torch.zeros(0, 3), [])
+    assert bot_diagnostics(empty_adv, empty_stats) == {"adv_abs_max": 0.0, "tied_group_share": 0.0}
 
 
 def test_options_read_the_knobs_and_reject_bad_values():

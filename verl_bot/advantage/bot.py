@@ -29,12 +29,15 @@ recomputed directly for the rare row where the shift cancels more than 6 bits); 
 buffer into the advantages in place. A group whose valid rewards are all equal therefore gets exactly
 0; a group with zero variance gets 0, never NaN or inf; padding gets 0; sums that overflow the dtype
 are redone in float64. Rows with no valid token take no part in their group (they are not counted in K).
+
+`bot_diagnostics` turns the statistics of a batch (`bot_advantage_and_stats`) into the metrics
+`adv_abs_max` and `tied_group_share`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -44,10 +47,24 @@ from verl_bot.advantage.common import group_sum, raise_for_rows
 
 DEFAULT_EPSILON = 1e-6
 DEFAULT_STD_FLOOR = 0.0
+DEFAULT_TIE_TOLERANCE = 0.01
 
 # V = E[(r - s)^2] - (m - s)^2 loses about log2(E[(r - s)^2] / V) bits to cancellation; a row losing more
 # than 6 has its variance recomputed directly around its mean (rare: s is one of the row's own rewards).
 _CANCELLATION_LIMIT = 64.0
+
+
+class BotStats(NamedTuple):
+    """Per-group statistics behind `bot_advantage`, (G,) float64 each (G = number of distinct uids).
+
+    rollouts: K_g, rollouts of the group with at least one valid token.
+    within: the part of var_g from token rewards around their own rollout's mean reward.
+    between: the part of var_g from the rollouts' mean rewards around mu_g; var_g = within + between.
+    """
+
+    rollouts: torch.Tensor
+    within: torch.Tensor
+    between: torch.Tensor
 
 
 def _raise_if_not_finite(rewards: torch.Tensor, response_mask: torch.Tensor, index) -> None:
@@ -63,7 +80,6 @@ def _raise_if_not_finite(rewards: torch.Tensor, response_mask: torch.Tensor, ind
     )
 
 
-@torch.no_grad()
 def bot_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -88,6 +104,26 @@ def bot_advantage(
         advantages: (B, T), float32 (float64 if the rewards are float64); 0 on padding
         and for every token of a group whose valid rewards are all equal.
     """
+    return bot_advantage_and_stats(
+        token_level_rewards, response_mask, index, epsilon, norm_by_std, length_weighting, std_floor
+    )[0]
+
+
+@torch.no_grad()
+def bot_advantage_and_stats(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | torch.Tensor | list,
+    epsilon: float = DEFAULT_EPSILON,
+    norm_by_std: bool = True,
+    length_weighting: bool = True,
+    std_floor: float = DEFAULT_STD_FLOOR,
+) -> tuple[torch.Tensor, BotStats]:
+    """`bot_advantage` (same arguments) and the group statistics it computed on the way (O(G) extra work).
+
+    Returns:
+        advantages: (B, T) as `bot_advantage`; stats: BotStats of (G,) tensors, G = number of distinct uids.
+    """
     if token_level_rewards.shape != response_mask.shape or token_level_rewards.dim() != 2:
         raise ValueError(
             f"bot advantage: token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
@@ -103,7 +139,8 @@ def bot_advantage(
         raise ValueError(f"bot advantage: {len(index)} uids for {batch_size} rows")
     work_dtype = torch.promote_types(rewards.dtype, torch.float32)
     if batch_size == 0:
-        return torch.zeros_like(rewards, dtype=work_dtype)
+        empty = rewards.new_zeros(0, dtype=torch.float64)
+        return torch.zeros_like(rewards, dtype=work_dtype), BotStats(empty, empty, empty)
 
     group = as_torch_index(index, device=rewards.device)
     num_groups = int(group.max()) + 1
@@ -113,16 +150,16 @@ def bot_advantage(
     if buffer is None:  # |rewards| near the dtype's limit overflowed: redo it in float64 (rare, exact)
         mask = response_mask.to(torch.float64)
         buffer, row_sum, sq_sum = _shifted_row_sums(rewards, mask, shift, index)
-    var, mean_minus_shift = _group_statistics(
-        rewards, mask, shift, group, num_groups, row_sum, sq_sum, length_weighting
-    )
+    groups = _group_statistics(rewards, mask, shift, group, num_groups, row_sum, sq_sum, length_weighting)
+    var = groups.stats.within + groups.stats.between
     if norm_by_std:
         scale = torch.where(var > 0, 1.0 / (var.clamp(min=0.0).sqrt().clamp(min=std_floor) + epsilon), 0.0)
     else:
         scale = torch.where(var > 0, 1.0, 0.0)
     # buffer holds r - s_k on valid tokens: subtract mu - s_k there, then scale; padding stays 0
-    buffer.addcmul_(mask, mean_minus_shift.to(buffer.dtype)[:, None], value=-1)
-    return buffer.mul_(scale[group].to(buffer.dtype)[:, None]).to(work_dtype)
+    buffer.addcmul_(mask, groups.mean_minus_shift.to(buffer.dtype)[:, None], value=-1)
+    advantages = buffer.mul_(scale[group].to(buffer.dtype)[:, None])
+    return advantages.to(work_dtype), groups.stats
 
 
 def _first_valid_reward(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -155,16 +192,21 @@ def _shifted_row_sums(rewards, mask, shift, index):
     return buffer, row_sum, sq_sum
 
 
-def _group_statistics(
-    rewards, mask, shift, group, num_groups: int, row_sum, sq_sum, length_weighting: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+class _Groups(NamedTuple):
+    """`stats` (BotStats) and `mean_minus_shift` (B,) float64: mu_g - s_k for each row."""
+
+    stats: BotStats
+    mean_minus_shift: torch.Tensor
+
+
+def _group_statistics(rewards, mask, shift, group, num_groups: int, row_sum, sq_sum, length_weighting: bool) -> _Groups:
     """Group mean and variance from each row's shifted sums, O(B) float64 work.
 
     var_g = sum_k W_k * (V_k + (m_k - mu_g)^2): V_k the variance of row k's rewards around their mean m_k,
     W_k the rollout's weight (1/K, or L_k/N without length weighting). Means are taken relative to one
     shift of the group (s_g, a row's first reward), so a group whose rewards are all equal gets exactly 0.
     rewards, mask: (B, T); shift: (B,) s_k; group: (B,) ids; row_sum, sq_sum: (B,) float64 sums of r - s_k
-    and (r - s_k)^2 over each row's valid tokens. Returns var_g (G,) and mu_g - s_k (B,), float64.
+    and (r - s_k)^2 over each row's valid tokens.
     """
     lengths = mask.sum(dim=1).double()  # (B,) L_k
     has_tokens = lengths > 0
@@ -192,8 +234,39 @@ def _group_statistics(
     offset = row_shift - group_shift + row_mean  # (B,) m_k - s_g
     mean = group_sum(weight * offset, group, num_groups)  # (G,) mu_g - s_g
     deviation = offset - mean[group]  # (B,) m_k - mu_g
-    var = group_sum(weight * (row_var + deviation.square()), group, num_groups)
-    return var, mean[group] - (row_shift - group_shift)
+    within = group_sum(weight * row_var, group, num_groups)
+    between = group_sum(weight * deviation.square(), group, num_groups)
+    mean_minus_shift = mean[group] - (row_shift - group_shift)  # (B,) mu_g - s_k
+    return _Groups(BotStats(rollouts, within, between), mean_minus_shift)
+
+
+def bot_diagnostics(
+    advantages: torch.Tensor, stats: BotStats, tie_tolerance: float = DEFAULT_TIE_TOLERANCE
+) -> dict[str, float]:
+    """Health metrics of one batch's `bot` advantages (O(G) beyond one read of the advantages).
+
+    Args:
+        advantages: (B, T) from `bot_advantage_and_stats` (0 on padding).
+        stats: the BotStats returned with them.
+        tie_tolerance: a group counts as tied when its between-rollout variance is at most this
+            share of its variance.
+
+    Returns:
+        adv_abs_max: max |A| over valid tokens (0 for a batch without any).
+        tied_group_share: among groups with >= 2 rollouts, the share that are tied: the rollouts' mean
+            rewards (each over its own tokens) are equal up to `tie_tolerance`, i.e. what is left to
+            standardize is (almost) only within-rollout variation, typically every rollout the same
+            outcome G with different local signals. A group whose rewards are all equal is tied.
+            0 when no group has 2 rollouts.
+    """
+    adv_abs_max = 0.0
+    if advantages.numel():
+        low, high = torch.aminmax(advantages)
+        adv_abs_max = max(-float(low), float(high), 0.0)
+    comparable = stats.rollouts >= 2
+    tied = comparable & (stats.between <= tie_tolerance * (stats.within + stats.between))
+    share = float(tied.sum()) / float(comparable.sum()) if bool(comparable.any()) else 0.0
+    return {"adv_abs_max": adv_abs_max, "tied_group_share": share}
 
 
 def bot_options(config: Any) -> dict[str, Any]:
