@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from verl_bot.advantage.bot import (
@@ -332,6 +333,11 @@ def test_options_read_the_knobs_and_reject_bad_values():
     rewards, mask, index = torch.randn(4, 6), torch.ones(4, 6), np.array([0, 0, 1, 1])
     adv, _ = compute_bot_advantage(rewards, mask, index=index, config=config)
     torch.testing.assert_close(adv, reference_bot(rewards, mask, list(index), 0.0, True, False, 0.5).float())
+    # as verl passes them: its `algorithm` DictConfig with the `+algorithm.bot_*=...` overrides parsed by OmegaConf
+    overrides = OmegaConf.from_dotlist(
+        ["bot_length_weighting=false", "bot_std_floor=1", "norm_adv_by_std_in_grpo=true"]
+    )
+    assert bot_options(overrides) == {"epsilon": 1e-6, "norm_by_std": True, "length_weighting": False, "std_floor": 1.0}
     for key, value in (
         ("bot_std_floor", -0.1),
         ("bot_std_floor", float("nan")),
