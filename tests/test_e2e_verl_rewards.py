@@ -169,6 +169,7 @@ def train(workdir: Path, name: str, extra: list[str]) -> tuple[list[dict], list[
     assert rc == 0, run.output(6000)
     records = [json.loads(line) for line in manager_file.read_text().splitlines() if line.strip()]
     calls = [json.loads(line) for line in run.probe.read_text().splitlines() if line.strip()]
+    calls = [c for c in calls if c.get("estimator") == "bot"]  # the probe also records the advantage step
     metrics = [json.loads(line) for line in run.metrics.read_text().splitlines() if line.strip()]
     steps = [m["data"] for m in sorted(metrics, key=lambda m: m["step"]) if "actor/pg_loss" in m["data"]]
     assert len(calls) == 2 and len(steps) == 2, (calls, metrics)

@@ -21,6 +21,7 @@ Refused:
 - a `data_source` of the local train/val parquet files that no scorer serves
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
+- an estimator knob of the wrong kind (e.g. `+algorithm.bot_std_floor=-1`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import).
 """
@@ -117,6 +118,8 @@ def check_config(config: Any) -> None:
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
     settings = manager_settings(config) if bot_manager else None
+    if spec is not None and spec.options is not None:
+        spec.options(config.algorithm)
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)
         if problem:
