@@ -13,6 +13,8 @@ Refused:
   rewards: another reward manager (one scalar on the last token) or the `bot`
   manager with `token_level=false` (unless `+algorithm.bot_broadcast_scalar=true`
   for `bot`: each response's scalar spread over its tokens, Eq. 4 with S = 0);
+- a knob of one of verl-bot's estimators that its parser refuses (e.g. `+algorithm.pass_density=bogus`,
+  an unknown `pass_*` key);
 - `algorithm.use_kl_in_reward=true` with such an estimator: the per-token KL
   would be standardized like a reward (divided by a tied group's tiny std);
   use the actor's KL loss (`actor_rollout_ref.actor.use_kl_loss=true`);
@@ -105,6 +107,11 @@ def check_config(config: Any) -> None:
             "verl-bot needs verl's v1 trainer (trainer.use_v1=true, the default): the legacy trainer bypasses "
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
+    if spec is not None and spec.knobs is not None:
+        try:
+            spec.knobs(config.get("algorithm"))
+        except ValueError as exc:
+            raise VerlBotConfigError(f"adv_estimator={estimator}: {exc}") from exc
     settings = manager_settings(config) if bot_manager else None
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)

@@ -4,8 +4,10 @@
 `streams` (named reward streams of the `bot` manager, `verl_bot.streams`) and
 `token_level` (it reads the dense per-token rewards of the `bot` manager, so a
 scalar reward on the last token, or KL folded into the rewards, would make its
-advantages meaningless: the start-up checks refuse both). A new estimator is a
-pure function in its own module plus one row here.
+advantages meaningless: the start-up checks refuse both) and `knobs` (parses its
+`+algorithm.<name>_*` keys and raises ValueError for a bad one: the start-up
+checks call it, so a mistyped knob stops the run before it starts). A new
+estimator is a pure function in its own module plus one row here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bot.advantage import pure
+from verl_bot.advantage import pass_, pure
 from verl_bot.advantage.bot import compute_bot_advantage
 
 
@@ -25,11 +27,13 @@ class EstimatorSpec:
     fn: Callable[..., Any]
     streams: tuple[str, ...] = ()
     token_level: bool = True
+    knobs: Callable[[Any], Any] | None = None
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
     "bot": EstimatorSpec(compute_bot_advantage),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
+    "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, knobs=pass_.pass_settings),
 }
 
 
