@@ -39,25 +39,26 @@ def right_padded(rows, width=None):
 # ------------------------------------------------------------------------------ the three operations, by hand
 def test_chunk_by_value_by_hand():
     signal, mask = right_padded([[0, 0, -1, -1, 0, 0.5, 0.5, 0], [0.3, -1, -1, 0, 0.2, 0.2, 0.2, -1], [-2, -2]])
-    ids, starts = value_chunks(signal, mask)
-    assert ids[0].tolist() == [0, 0, 1, 1, 2, 3, 3, 4]  # sign runs 0 0 | - - | 0 | + + | 0
-    assert starts.sum(dim=1).tolist() == [5, 5, 1]
-    assert ids[2].tolist()[:2] == [0, 0]
+    ids, chunks = value_chunks(signal, mask)
+    assert ids[0].tolist() == [1, 1, 2, 2, 3, 4, 4, 5]  # sign runs 0 0 | - - | 0 | + + | 0
+    assert chunks.tolist() == [5, 5, 1]
+    assert ids[2].tolist()[:2] == [1, 1]
 
     ids, _ = value_chunks(signal, mask, dead_zone=0.6)  # |0.5| < 0.6 counts as 0
-    assert ids[0].tolist() == [0, 0, 1, 1, 2, 2, 2, 2]
+    assert ids[0].tolist() == [1, 1, 2, 2, 3, 3, 3, 3]
 
     # min_chunk 2, row 1: runs + | - - | 0 | + + + | -: the short first run joins the first long run,
     # the other short runs join the chunk before them
-    ids, starts = value_chunks(signal, mask, min_chunk=2)
-    assert ids[1].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert ids[0].tolist() == [0, 0, 1, 1, 1, 2, 2, 2]  # 0 0 | - - 0 | + + 0
-    ids, starts = value_chunks(signal, mask, min_chunk=9)  # no run is long enough: one chunk per rollout
-    assert starts.sum(dim=1).tolist() == [1, 1, 1] and ids.max() == 0
+    ids, chunks = value_chunks(signal, mask, min_chunk=2)
+    assert ids[1].tolist() == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert ids[0].tolist() == [1, 1, 2, 2, 2, 3, 3, 3]  # 0 0 | - - 0 | + + 0
+    ids, chunks = value_chunks(signal, mask, min_chunk=9)  # no run is long enough: one chunk per rollout
+    assert chunks.tolist() == [1, 1, 1] and ids.max() == 1
 
-    # a masked token inside a response (a tool output) is skipped: the runs around it continue
-    ids, _ = value_chunks(torch.tensor([[-1.0, 5.0, -1.0, 0.0]]), torch.tensor([[1, 0, 1, 1]]))
-    assert ids.tolist() == [[0, 0, 0, 1]]
+    # masked tokens inside a response (a tool output) are skipped: the runs around them continue
+    holes = torch.tensor([[1, 0, 1, 1], [0, 1, 0, 1]])
+    ids, chunks = value_chunks(torch.tensor([[-1.0, 5.0, -1.0, 0.0], [3.0, 1.0, -1.0, 0.0]]), holes)
+    assert ids[0].tolist() == [1, 1, 1, 2] and ids[1].tolist() == [0, 1, 1, 2] and chunks.tolist() == [2, 2]
 
 
 def test_divide_length_by_hand():
@@ -177,7 +178,11 @@ def test_matches_loop_reference(data):
     batch = data.draw(st.integers(1, 6))
     width = data.draw(st.integers(1, 8))
     process = [[data.draw(st.sampled_from(VALUES)) for _ in range(width)] for _ in range(batch)]
-    mask = [[data.draw(st.integers(0, 1)) for _ in range(width)] for _ in range(batch)]  # holes and empty rows too
+    if data.draw(st.booleans()):  # right-padded rows (verl's single-turn responses), empty ones included
+        lengths = [data.draw(st.integers(0, width)) for _ in range(batch)]
+        mask = [[int(t < n) for t in range(width)] for n in lengths]
+    else:  # masked tokens inside rows (multi-turn tool outputs)
+        mask = [[data.draw(st.integers(0, 1)) for _ in range(width)] for _ in range(batch)]
     outcome = [float(data.draw(st.integers(0, 1))) for _ in range(batch)]
     fmt = [data.draw(st.sampled_from([-1.0, 0.0, 0.2])) for _ in range(batch)]
     index = [data.draw(st.sampled_from("abc")) for _ in range(batch)]
@@ -231,8 +236,8 @@ def test_one_chunk_per_rollout_gets_the_density_of_the_whole_rollout(data, densi
         rows.append([sign * data.draw(st.floats(0.1, 3.0)) for _ in range(size)])  # one sign: one chunk
     signal, mask = right_padded(rows, width=7)
     whole = torch.tensor([sum(r) / len(r) for r in rows], dtype=torch.float64)[:, None] * mask
-    ids, starts = value_chunks(signal, mask)
-    assert starts.sum(dim=1).tolist() == [1] * len(rows)
+    ids, chunks = value_chunks(signal, mask)
+    assert chunks.tolist() == [1] * len(rows)
     torch.testing.assert_close(value_density(signal, mask, ids, density), whole)
     # any signal, with min_chunk longer than every rollout: one chunk each, same density
     mixed = signal * torch.tensor([(-1.0) ** t for t in range(7)], dtype=torch.float64)
