@@ -62,7 +62,7 @@ KNOB_PREFIX = "pass_"
 
 @dataclass(frozen=True)
 class PassSettings:
-    """The knobs of PASS (`+algorithm.pass_<name>`); defaults are the reconstruction's.
+    """The knobs of PASS (`+algorithm.pass_<name>`); the defaults are ours (the paper gives no values).
 
     Attributes:
         format_coef: lambda_f, weight of the standardized format stream.
