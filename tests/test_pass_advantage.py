@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
 from tests.conftest import compose_verl_config
+from tests.test_run_safety import dense_group_batch, run_verl
 from verl_bot.advantage.pass_ import (
     PassSettings,
     compute_pass_advantage,
@@ -297,6 +298,25 @@ def test_a_bad_knob_stops_the_run_before_it_starts():
     check_config(compose_verl_config([*base, "+algorithm.pass_density=chunk"]))
     with pytest.raises(VerlBotConfigError, match="adv_estimator=pass: pass_density must be one of"):
         check_config(compose_verl_config([*base, "+algorithm.pass_density=bogus"]))
+
+
+def test_failed_rows_are_zero_and_valid_rows_are_pass_over_the_valid_rows():
+    """Through verl's trainer_base function: a row whose scorer failed takes no part in its group."""
+    rewards, mask, uids, failed = dense_group_batch(2)
+    local = rewards.clamp(-1, 0)
+    last = mask.sum(dim=1).long() - 1
+    outcome, fmt = torch.zeros_like(mask), torch.zeros_like(mask)
+    outcome[torch.arange(6), last] = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 1.0])
+    fmt[torch.arange(6), last] = torch.tensor([0.2, -1.0, -1.0, 0.2, 0.2, -1.0])
+    streams = {"local": local, "outcome": outcome, "format": fmt}
+    with use_context(BatchContext(streams=streams, failed=failed, dense_rewards=True)):
+        out = run_verl("pass", rewards, mask, uids)
+    keep = ~failed
+    valid_uids = [u for u, k in zip(uids, keep.tolist(), strict=True) if k]
+    at_last = torch.arange(6)[keep], last[keep]
+    expected = pass_advantage(local[keep], outcome[at_last], fmt[at_last], mask[keep], valid_uids)
+    torch.testing.assert_close(out.batch["advantages"][keep], expected.advantages)
+    assert (out.batch["advantages"][failed] == 0).all()
 
 
 # ------------------------------------------------------------------------------ verl adapter
