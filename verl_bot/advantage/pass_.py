@@ -143,10 +143,9 @@ class PassOutput(NamedTuple):
 
 
 def _sign_class(signal: torch.Tensor, dead_zone: float) -> torch.Tensor:
-    """(B, T) int8 class of each value: +1 (s >= dead_zone, s > 0), -1 (s <= -dead_zone, s < 0), else 0."""
-    positive = signal > 0 if dead_zone == 0 else signal >= dead_zone
-    negative = signal < 0 if dead_zone == 0 else signal <= -dead_zone
-    return positive.to(torch.int8) - negative.to(torch.int8)
+    """(B, T) class of each value (same dtype): its sign, and 0 where |s| < dead_zone."""
+    sign = torch.sign(signal)
+    return sign if dead_zone == 0 else sign.masked_fill_(signal.abs() < dead_zone, 0.0)
 
 
 def value_chunks(
@@ -172,7 +171,7 @@ def value_chunks(
         # masked tokens inside a row (tool outputs): compare with the class of the previous VALID token
         pos = torch.arange(1, width + 1, device=signal.device)
         last_valid = torch.where(mask, pos, 0).cummax(dim=1).values  # 1 + last valid position <= t, 0 if none
-        before = torch.full((batch, 1), 2, dtype=torch.int8, device=signal.device)  # no class: 2
+        before = torch.full((batch, 1), 2.0, dtype=cls.dtype, device=signal.device)  # no class: 2
         cls = torch.cat([before, cls], dim=1).gather(1, last_valid)
     starts = mask.clone()
     starts[:, 1:] &= cls[:, 1:] != cls[:, :-1]
@@ -209,12 +208,13 @@ def value_density(
     mask = response_mask != 0
     dtype = torch.promote_types(signal.dtype, torch.float32)
     values = torch.where(mask, signal.to(dtype), 0.0)
-    lengths = mask.sum(dim=1, keepdim=True).to(dtype)  # (B, 1) L_i
+    valid = mask.to(dtype)
+    lengths = valid.sum(dim=1, keepdim=True)  # (B, 1) L_i (a float sum: a bool sum is several times slower)
     if density == "sequence":
         return torch.where(mask, values.sum(dim=1, keepdim=True) / lengths.clamp(min=1.0), 0.0)
     slots = (signal.shape[0], signal.shape[1] + 1)  # per row: one slot per chunk id (slot 0: before any chunk)
     chunk_sum = torch.zeros(slots, dtype=dtype, device=signal.device).scatter_add_(1, chunk_id, values)
-    chunk_len = torch.zeros(slots, dtype=dtype, device=signal.device).scatter_add_(1, chunk_id, mask.to(dtype))
+    chunk_len = torch.zeros(slots, dtype=dtype, device=signal.device).scatter_add_(1, chunk_id, valid)
     if density == "chunk":
         per_chunk = chunk_sum / chunk_len.clamp(min=1.0)
     else:  # suffix: what is left of the row from the chunk's first token on (total minus the chunks before it)
@@ -288,13 +288,15 @@ def pass_advantage(
     group = as_torch_index(index, device=process.device)
     chunk_id, chunks = value_chunks(process, response_mask, settings.dead_zone, settings.min_chunk)
     density = value_density(process, response_mask, chunk_id, settings.density)
-    process_term = bot_advantage(density, response_mask, index, epsilon=settings.epsilon, norm_by_std=norm_by_std)
+    valid = mask.to(density.dtype)  # one conversion: bot_advantage multiplies by the mask twice
+    process_term = bot_advantage(density, valid, index, epsilon=settings.epsilon, norm_by_std=norm_by_std)
     process_term = process_term.float().mul_(settings.process_coef)
     outcome_term = group_standardize(torch.where(has_tokens, outcome, 0.0), group, norm_by_std, settings.epsilon)
     format_term = settings.format_coef * group_standardize(
         torch.where(has_tokens, format_score, 0.0), group, norm_by_std, settings.epsilon
     )
-    advantages = process_term + (outcome_term + format_term)[:, None] * mask  # process_term is 0 on padding
+    row_terms = (outcome_term + format_term)[:, None]
+    advantages = torch.addcmul(process_term, row_terms, valid.float())  # process_term is 0 on padding
     return PassOutput(advantages, outcome_term, format_term, process_term, chunks)
 
 
@@ -304,7 +306,7 @@ def pass_metrics(out: PassOutput, response_mask: torch.Tensor) -> dict[str, floa
     out: `pass_advantage`'s output; response_mask: (B, T). Shares are over valid tokens and sum to 1 (0 if A == 0).
     """
     mask = response_mask != 0
-    lengths = mask.sum(dim=1).float()
+    lengths = mask.float().sum(dim=1)
     rollouts = (lengths > 0).sum().clamp(min=1)
     parts = {
         "outcome": (out.outcome.abs() * lengths).sum(),
