@@ -13,6 +13,7 @@ The test recomputes `pass_advantage` from the recorded streams, and matches ever
 row at the estimator by its old log-probs: the advantages the actor used are `pass`'s.
 
     .venv/bin/python -m pytest -q tests/test_e2e_pass.py
+    # measured on the shared 2-core machine (load average ~20): 191 s
 """
 
 from __future__ import annotations
