@@ -13,8 +13,6 @@ Refused:
   rewards: another reward manager (one scalar on the last token) or the `bot`
   manager with `token_level=false` (unless `+algorithm.bot_broadcast_scalar=true`
   for `bot`: each response's scalar spread over its tokens, Eq. 4 with S = 0);
-- a knob of one of verl-bot's estimators that its parser refuses (e.g. `+algorithm.pass_density=bogus`,
-  an unknown `pass_*` key);
 - `algorithm.use_kl_in_reward=true` with such an estimator: the per-token KL
   would be standardized like a reward (divided by a tied group's tiny std);
   use the actor's KL loss (`actor_rollout_ref.actor.use_kl_loss=true`);
@@ -23,6 +21,7 @@ Refused:
 - a `data_source` of the local train/val parquet files that no scorer serves
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
+- an estimator knob of the wrong kind (e.g. `+algorithm.bot_std_floor=-1`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import).
 """
@@ -35,7 +34,8 @@ from typing import Any
 
 from verl_bot.advantage import estimator_spec
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.rewards.scorers import build_scorers, unscorable_sources
+from verl_bot.hooks.reward_functions import default_knows, function_config
+from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 BROADCAST_KEY = "bot_broadcast_scalar"
@@ -74,6 +74,16 @@ def data_sources(paths: Iterable[str]) -> dict[str, str]:
     return found
 
 
+def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> list[str]:
+    """The data sources among `sources` the `bot` manager could not score: no configured or built-in scorer,
+    no `reward.custom_reward_function` (which is asked about any data source), and unknown to verl's
+    `default_compute_score`."""
+    if "custom_reward_function" in function_config(config):
+        return []
+    known = {**DEFAULT_SCORERS, **dict(settings.get("scorers") or {})}
+    return [source for source in sources if source not in known and not default_knows(source)]
+
+
 def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> str | None:
     algorithm = config.get("algorithm") or {}
     dense = settings is not None and bool(settings["token_level"])
@@ -107,12 +117,9 @@ def check_config(config: Any) -> None:
             "verl-bot needs verl's v1 trainer (trainer.use_v1=true, the default): the legacy trainer bypasses "
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
-    if spec is not None and spec.knobs is not None:
-        try:
-            spec.knobs(config.get("algorithm"))
-        except ValueError as exc:
-            raise VerlBotConfigError(f"adv_estimator={estimator}: {exc}") from exc
     settings = manager_settings(config) if bot_manager else None
+    if spec is not None and spec.options is not None:
+        spec.options(config.algorithm)
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)
         if problem:
@@ -136,5 +143,6 @@ def check_config(config: Any) -> None:
         raise VerlBotConfigError(
             f"bot reward manager: no scorer for data_source={first!r} (in {sources[first]})"
             + (f" nor {missing[1:]}" if len(missing) > 1 else "")
-            + f"; add +reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
+            + "; no reward.custom_reward_function is set and verl's default_compute_score does not know it; add "
+            + f"+reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
         )

@@ -4,10 +4,8 @@
 `streams` (named reward streams of the `bot` manager, `verl_bot.streams`) and
 `token_level` (it reads the dense per-token rewards of the `bot` manager, so a
 scalar reward on the last token, or KL folded into the rewards, would make its
-advantages meaningless: the start-up checks refuse both) and `knobs` (parses its
-`+algorithm.<name>_*` keys and raises ValueError for a bad one: the start-up
-checks call it, so a mistyped knob stops the run before it starts). A new
-estimator is a pure function in its own module plus one row here.
+advantages meaningless: the start-up checks refuse both). A new estimator is a
+pure function in its own module plus one row here.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_bot.advantage import pass_, pure
-from verl_bot.advantage.bot import compute_bot_advantage
+from verl_bot.advantage.bot import bot_options, compute_bot_advantage
 
 
 @dataclass(frozen=True)
@@ -27,13 +25,13 @@ class EstimatorSpec:
     fn: Callable[..., Any]
     streams: tuple[str, ...] = ()
     token_level: bool = True
-    knobs: Callable[[Any], Any] | None = None
+    options: Callable[[Any], Any] | None = None  # parses the estimator's knobs from `algorithm` (raises if bad)
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
-    "bot": EstimatorSpec(compute_bot_advantage),
+    "bot": EstimatorSpec(compute_bot_advantage, options=bot_options),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
-    "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, knobs=pass_.pass_settings),
+    "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, options=pass_.pass_settings),
 }
 
 

@@ -52,6 +52,7 @@ from verl.utils.groupwise import as_torch_index, group_mean_std
 from verl_bot.advantage.bot import bot_advantage
 from verl_bot.advantage.common import last_token_index, raise_for_rows
 from verl_bot.context import report_metrics
+from verl_bot.errors import VerlBotConfigError
 from verl_bot.streams import active_streams
 
 STREAMS = ("local", "outcome", "format")
@@ -83,25 +84,26 @@ class PassSettings:
     epsilon: float = 1e-6
 
     def __post_init__(self) -> None:
-        if self.density not in DENSITIES:
-            raise ValueError(f"pass_density must be one of {DENSITIES}, got {self.density!r}")
-        if self.op not in OPS:
-            raise ValueError(f"pass_op must be one of {OPS}, got {self.op!r}")
-        if not self.dead_zone >= 0:
-            raise ValueError(f"pass_dead_zone must be >= 0, got {self.dead_zone}")
-        if self.min_chunk < 1:
-            raise ValueError(f"pass_min_chunk must be an integer >= 1, got {self.min_chunk}")
-        if not self.epsilon > 0:
-            raise ValueError(f"pass_epsilon must be > 0, got {self.epsilon}")
-        for name in ("format_coef", "process_coef"):
-            if not np.isfinite(getattr(self, name)):
-                raise ValueError(f"pass_{name} must be finite, got {getattr(self, name)}")
+        problems = [
+            (self.density not in DENSITIES, "density", f"must be one of {DENSITIES}, got {self.density!r}"),
+            (self.op not in OPS, "op", f"must be one of {OPS}, got {self.op!r}"),
+            (not self.dead_zone >= 0, "dead_zone", f"must be >= 0, got {self.dead_zone}"),
+            (self.min_chunk < 1, "min_chunk", f"must be an integer >= 1, got {self.min_chunk}"),
+            (not self.epsilon > 0, "epsilon", f"must be > 0, got {self.epsilon}"),
+            (not np.isfinite(self.format_coef), "format_coef", f"must be finite, got {self.format_coef}"),
+            (not np.isfinite(self.process_coef), "process_coef", f"must be finite, got {self.process_coef}"),
+        ]
+        for bad, name, what in problems:
+            if bad:
+                raise VerlBotConfigError(f"+algorithm.{KNOB_PREFIX}{name} {what}")
 
 
 def pass_settings(algorithm: Mapping[str, Any] | None) -> PassSettings:
-    """PassSettings from verl's `algorithm` config (`pass_*` keys); ValueError for a bad value or unknown key.
+    """PassSettings from verl's `algorithm` config (`pass_*` keys; None: the defaults).
 
-    `pass_op` defaults to `grpo`, or `drgrpo` when `algorithm.norm_adv_by_std_in_grpo=false`.
+    `pass_op` defaults to `grpo`, or `drgrpo` when `algorithm.norm_adv_by_std_in_grpo=false`. Raises
+    VerlBotConfigError (a ValueError) naming the key for a bad value or an unknown `pass_*` key (also at
+    start-up: `verl_bot.preflight`).
     """
     algorithm = algorithm if algorithm is not None else {}
     defaults = PassSettings()
@@ -109,8 +111,9 @@ def pass_settings(algorithm: Mapping[str, Any] | None) -> PassSettings:
     given = {str(k)[len(KNOB_PREFIX) :]: algorithm[k] for k in algorithm.keys() if str(k).startswith(KNOB_PREFIX)}
     unknown = sorted(set(given) - set(known))
     if unknown:
-        raise ValueError(
-            f"unknown PASS knob(s) {[KNOB_PREFIX + k for k in unknown]}; known: {[KNOB_PREFIX + k for k in known]}"
+        raise VerlBotConfigError(
+            f"unknown PASS knob(s) {['+algorithm.' + KNOB_PREFIX + k for k in unknown]}; "
+            f"known: {[KNOB_PREFIX + k for k in known]}"
         )
     values: dict[str, Any] = {"op": "grpo" if algorithm.get("norm_adv_by_std_in_grpo", True) else "drgrpo"}
     for name, value in given.items():
@@ -124,7 +127,7 @@ def pass_settings(algorithm: Mapping[str, Any] | None) -> PassSettings:
             else:
                 values[name] = kind(value)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{KNOB_PREFIX}{name}={value!r}: {exc}") from exc
+            raise VerlBotConfigError(f"+algorithm.{KNOB_PREFIX}{name}={value!r}: {exc}") from exc
     return PassSettings(**values)
 
 
