@@ -291,7 +291,7 @@ def pass_advantage(
     group = as_torch_index(index, device=process.device)
     chunk_id, chunks = value_chunks(process, response_mask, settings.dead_zone, settings.min_chunk)
     density = value_density(process, response_mask, chunk_id, settings.density)
-    valid = mask.to(density.dtype)  # one conversion: bot_advantage multiplies by the mask twice
+    valid = mask.to(density.dtype)  # converted once (mixed-dtype products with the mask convert it every time)
     process_term = bot_advantage(density, valid, index, epsilon=settings.epsilon, norm_by_std=norm_by_std)
     process_term = process_term.float().mul_(settings.process_coef)
     outcome_term = group_standardize(torch.where(has_tokens, outcome, 0.0), group, norm_by_std, settings.epsilon)
