@@ -5,7 +5,7 @@
 # MODEL_OVERRIDES (model-specific Hydra overrides), sources this file, then calls `vb_main "$@"`.
 # Everything below is a ${VAR:-default} too: any of it can be set in the environment.
 #
-#   ALGO=bot|grpo|gspo|dapo|pure   the algorithm (recipes/README.md: what each one sets)
+#   ALGO=bot|grpo|gspo|dapo|pure|pass   the algorithm (recipes/README.md: what each one sets)
 #   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; needs no data,
 #                  reward server, judge or GPU: a missing data file or model directory is one "recipe:"
 #                  line on stderr (a real launch stops there), the server/judge/GPU checks are skipped
@@ -59,6 +59,13 @@ OVERLONG_PENALTY_FACTOR=${OVERLONG_PENALTY_FACTOR:-1.0}
 DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-acc}     # reward_extra_info key: the outcome (solved/compiled), as DAPO filters
 PURE_TEMPERATURE=${PURE_TEMPERATURE:-0.1}          # PURE paper: softmax temperature of the min-form transform
 PURE_OUTCOME_COEF=${PURE_OUTCOME_COEF:-1.0}        # weight of the verifiable reward at EOS (our choice: 1)
+# PASS knobs (arXiv 2606.29296 gives none; these are our reconstruction's defaults, README "Knobs")
+PASS_FORMAT_COEF=${PASS_FORMAT_COEF:-1.0}          # lambda_f, weight of the standardized format stream
+PASS_PROCESS_COEF=${PASS_PROCESS_COEF:-1.0}        # lambda_p, weight of the standardized process density
+PASS_DEAD_ZONE=${PASS_DEAD_ZONE:-0.0}              # delta: |S_t| < delta counts as 0 when chunks are formed
+PASS_MIN_CHUNK=${PASS_MIN_CHUNK:-1}                # m_min: shorter sign runs join the chunk before them
+PASS_DENSITY=${PASS_DENSITY:-suffix}               # suffix | sequence | chunk (Divide-Length)
+PASS_OP=${PASS_OP:-grpo}                           # grpo (mean/std) | drgrpo (mean only)
 
 case "${TASK}" in
     react)
@@ -93,7 +100,7 @@ case "${TASK}" in
         DATA_HINT="Make them (AIME 1983-2024 from the Hugging Face hub): ${PY} ${ROOT}/recipes/data/aime.py --out-dir ${DATA_DIR}"
         # The step judge gives AIME's local signal: needed by the token-level algorithms only.
         case "${ALGO}" in
-            bot | pure) REQUIRE_JUDGE=${REQUIRE_JUDGE:-1} ;;
+            bot | pure | pass) REQUIRE_JUDGE=${REQUIRE_JUDGE:-1} ;;
             *) REQUIRE_JUDGE=${REQUIRE_JUDGE:-0} ;;
         esac
         ;;
@@ -190,8 +197,24 @@ vb_algo_overrides() {
                 "+algorithm.pure_step_scale=${PURE_STEP_SCALE}"
             )
             ;;
+        pass)
+            # PASS (verl-bot's reconstruction from the abstract): the bot manager's process (local S_t), outcome
+            # (solved) and format streams, each standardized in its group, fused into per-token advantages.
+            ALGO_OVERRIDES=(
+                algorithm.adv_estimator=pass
+                actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+                algorithm.use_kl_in_reward=False
+                +reward.reward_kwargs.bot.token_level=true
+                "+algorithm.pass_format_coef=${PASS_FORMAT_COEF}"
+                "+algorithm.pass_process_coef=${PASS_PROCESS_COEF}"
+                "+algorithm.pass_dead_zone=${PASS_DEAD_ZONE}"
+                "+algorithm.pass_min_chunk=${PASS_MIN_CHUNK}"
+                "+algorithm.pass_density=${PASS_DENSITY}"
+                "+algorithm.pass_op=${PASS_OP}"
+            )
+            ;;
         *)
-            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure; got '${ALGO}'"
+            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, pass; got '${ALGO}'"
             ;;
     esac
 }

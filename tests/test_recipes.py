@@ -31,7 +31,7 @@ from tests.conftest import compose_verl_config
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["react_qwen", "react_smollm", "react_phi", "aime_qwen", "aime_smollm", "aime_phi"]
-ALGOS = ["bot", "grpo", "gspo", "dapo", "pure"]
+ALGOS = ["bot", "grpo", "gspo", "dapo", "pure", "pass"]
 MODELS = {
     "qwen": "Qwen/Qwen2.5-3B-Instruct",
     "smollm": "HuggingFaceTB/SmolLM3-3B",
@@ -168,6 +168,7 @@ EXPECTED = {
     "gspo": ("grpo", "seq-mean-token-mean", "gspo", 3e-4, 4e-4, False),
     "dapo": ("grpo", "token-mean", "vanilla", 0.2, 0.28, False),
     "pure": ("pure", "seq-mean-token-mean", "vanilla", 0.2, 0.2, True),
+    "pass": ("pass", "seq-mean-token-mean", "vanilla", 0.2, 0.2, True),
 }
 
 
@@ -179,6 +180,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
+    from verl_bot.advantage.pass_ import PassSettings, pass_settings
     from verl_bot.rewards.settings import manager_settings
 
     task, model_tag = name.split("_")
@@ -218,6 +220,12 @@ def test_every_algo_composes_and_validates(name, data, slow):
             assert cfg.algorithm.use_kl_in_reward is False
             assert cfg.algorithm.pure_temperature == 0.1 and cfg.algorithm.pure_outcome_coef == 1.0
             assert cfg.algorithm.pure_step_scale == (1.0 if task == "react" else 10.0)
+        if algo == "pass":  # our reconstruction's defaults, parsed by the estimator's own knob parser
+            assert cfg.algorithm.use_kl_in_reward is False
+            assert pass_settings(cfg.algorithm) == PassSettings()
+            assert {k for k in cfg.algorithm if str(k).startswith("pass_")} == {
+                "pass_format_coef", "pass_process_coef", "pass_dead_zone", "pass_min_chunk", "pass_density", "pass_op"
+            }
         if model_tag == "smollm":
             assert cfg.data.apply_chat_template_kwargs.enable_thinking is False
         assert cfg.trainer.experiment_name == f"{name}_{algo}_s0"
@@ -226,7 +234,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
         assert not need_critic(cfg)
         # verl's own algorithm keys make a valid AlgoConfig (verl-bot's `+algorithm.pure_*` knobs are extra keys,
         # which verl's trainer passes through: it never converts `algorithm` to the dataclass)
-        verl_keys = {k: v for k, v in cfg.algorithm.items() if not str(k).startswith(("pure_", "bot_"))}
+        verl_keys = {k: v for k, v in cfg.algorithm.items() if not str(k).startswith(("pure_", "bot_", "pass_"))}
         omega_conf_to_dataclass(OmegaConf.create(verl_keys), dataclass_type=AlgoConfig)
         get_adv_estimator_fn(cfg.algorithm.adv_estimator)
         get_policy_loss_fn(actor.policy_loss.loss_mode)
@@ -267,7 +275,7 @@ def test_env_settings_reach_the_config(data, slow):
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure; got 'ppo'"),
+        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure, pass; got 'ppo'"),
         ({"MODEL_PATH": "/nonexistent/model"}, "recipe: MODEL_PATH=/nonexistent/model: no such model directory"),
         ({"MODEL_PATH": "not a model"}, "recipe: MODEL_PATH=not a model is neither a local model directory nor"),
         ({"TRAIN_FILES": "/nonexistent/train.parquet"}, "recipe: TRAIN_FILES: /nonexistent/train.parquet does not"),

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bot.advantage import pure
+from verl_bot.advantage import pass_, pure
 from verl_bot.advantage.bot import bot_options, compute_bot_advantage
 
 
@@ -31,6 +31,7 @@ class EstimatorSpec:
 ESTIMATORS: dict[str, EstimatorSpec] = {
     "bot": EstimatorSpec(compute_bot_advantage, options=bot_options),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
+    "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, options=pass_.pass_settings),
 }
 
 

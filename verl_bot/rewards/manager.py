@@ -50,7 +50,7 @@ refusing the credentials) is not raised here (verl would tag the group failed
 and train on): the response gets a zero reward carrying the
 `verl_bot.errors.FATAL_KEY` marker, which stops the run (`verl_bot.errors`).
 
-When `algorithm.adv_estimator` reads named reward streams (`pure`), `reward_score`
+When `algorithm.adv_estimator` reads named reward streams (`pure`, `pass`), `reward_score`
 also carries them: `verl_bot.streams`.
 """
 
@@ -72,7 +72,7 @@ from verl_bot.rewards.settings import manager_settings
 from verl_bot.rewards.spans import token_char_spans
 from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
 from verl_bot.rewards.verl_scorer import VerlFunctionScorer
-from verl_bot.streams import streams_for, token_streams, verdict_outcome
+from verl_bot.streams import streams_for, token_streams, verdict_format, verdict_outcome
 
 logger = logging.getLogger("verl_bot")
 
@@ -221,7 +221,8 @@ class BoTRewardManager(RewardManagerBase):
         ).tolist()
         if not self.streams:
             return {"reward_score": token_rewards, "reward_extra_info": extra}
-        streams = token_streams(self.streams, score, local, token_spans, text, outcome)
+        format_score = verdict_format(verdict, failure is not None)
+        streams = token_streams(self.streams, score, local, token_spans, text, outcome, format_score)
         return {"reward_score": {"token_rewards": token_rewards, "streams": streams}, "reward_extra_info": extra}
 
 
