@@ -13,7 +13,7 @@ from verl_bot.advantage.bot import bot_advantage, compute_bot_advantage
 
 
 def reference_bot(rewards, mask, index, eps=1e-6, norm_by_std=True):
-    """Obviously-correct loop over groups and tokens, in float64 Python numbers (docs/ALGORITHMS.md, BoT-GRPO Eq. 2-3)."""
+    """Obviously-correct loop over groups and tokens, in float64 Python numbers (docs/ALGORITHMS.md Eq. 2-3)."""
     rewards = rewards.double().tolist()
     mask = mask.tolist()
     out = [[0.0] * len(row) for row in rewards]

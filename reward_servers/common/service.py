@@ -74,7 +74,7 @@ class Span:
 
 @dataclass
 class ItemResult:
-    """Per-item result in docs/REWARD_API.md's shape. ``score`` is G; by convention it equals ``sum(parts.values())``."""
+    """Per-item result in docs/REWARD_API.md's shape. ``score`` is G; by convention ``sum(parts.values())``."""
 
     id: Any = None
     score: float = 0.0
