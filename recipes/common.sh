@@ -57,6 +57,11 @@ OVERLONG_PENALTY_FACTOR=${OVERLONG_PENALTY_FACTOR:-1.0}
 DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-acc}     # reward_extra_info key: the outcome (solved/compiled), as DAPO filters
 PURE_TEMPERATURE=${PURE_TEMPERATURE:-0.1}          # PURE paper: softmax temperature of the min-form transform
 PURE_OUTCOME_COEF=${PURE_OUTCOME_COEF:-1.0}        # weight of the verifiable reward at EOS (our choice: 1)
+# Token-credit report (verl_bot/token_records.py): steps whose exact tokens, rewards and advantages are recorded
+# in ${OUT_DIR}/token_records (e.g. "1,-1": the first and the last; empty: none), and how many prompts per step.
+# Then: python -m verl_bot.eval.training_report --run bot=OUT_DIR_BOT --run grpo=OUT_DIR_GRPO --out DIR
+REPORT_STEPS=${REPORT_STEPS:-}
+REPORT_GROUPS=${REPORT_GROUPS:-4}
 
 case "${TASK}" in
     react)
@@ -396,6 +401,13 @@ vb_overrides() {
         "${MODEL_OVERRIDES[@]}"
         "${ALGO_OVERRIDES[@]}"
     )
+    if [[ -n "${REPORT_STEPS}" ]]; then
+        OVERRIDES+=(
+            "+algorithm.token_report_steps=[${REPORT_STEPS}]"
+            "+algorithm.token_report_groups=${REPORT_GROUPS}"
+            "+algorithm.token_report_dir=${OUT_DIR}/token_records"
+        )
+    fi
 }
 
 vb_main() {
