@@ -247,7 +247,9 @@ class Console:
             self._write_summary(log)
         total = time.monotonic() - start
         if rc == 0:
-            startup = f" (start-up {clock(first_step_at - start)})" if first_step_at else ""
+            # start-up: until the first step's line, less that step's own time
+            first = step_times[0] if step_times else 0.0
+            startup = f" (start-up {clock(first_step_at - start - first)})" if first_step_at else ""
             self.say(f"  done: {done} steps in {clock(total)}{startup}")
         else:
             self._report_failure(rc, total)
