@@ -75,7 +75,7 @@ def test_sentencepiece_tokens_spaces_and_byte_fallback(sentencepiece_tokenizer):
         (b"\xe2\x80\x94x", [("\u2014x", "text")]),
         (b" hi\n", [("\u00b7", "space"), ("hi", "text"), ("\u21b5", "space")]),
         (b"\t", [("\u2192", "space")]),
-        (b"\x07\x7f", [("\u2407", "control"), ("\u2421", "control")]),
+        (b"\x07\x7f\r", [("<0x07>", "control"), ("<0x7F>", "control"), ("<0x0D>", "control")]),
         ("\u200b\u00a0".encode(), [("<U+200B>", "control"), ("<U+00A0>", "control")]),
         (b"\xf0\x9f\x98\x80", [("\U0001f600", "text")]),
         (b"", []),
@@ -90,6 +90,8 @@ def test_display_never_shows_a_replacement_character():
         for raw in (bytes([b]), bytes([b, 0x80]), bytes([0xE2, b])):
             shown = "".join(text for text, _ in display_segments(raw))
             assert "\ufffd" not in shown and shown.isprintable(), raw
+            assert all(ch.isascii() or ch in "\u00b7\u21b5\u2192" for text, kind in display_segments(raw)
+                       if kind != "text" for ch in text), raw  # markers any font can show
 
 
 # ------------------------------------------------------------------------------------------ colours
@@ -103,7 +105,8 @@ def test_colour_scale_by_hand():
 
 
 @pytest.mark.parametrize(
-    ("largest", "scale"), [(0.73, 1.0), (1.0, 1.0), (1.3, 2.0), (2.1, 2.5), (3.0, 5.0), (7.0, 10.0), (0.012, 0.02)]
+    ("largest", "scale"),
+    [(0.73, 0.8), (1.0, 1.0), (1.3, 1.5), (2.1, 2.5), (3.0, 3.0), (5.1, 6.0), (9.0, 10.0), (0.012, 0.015)],
 )
 def test_nice_scale(largest, scale):
     assert nice_scale(largest) == pytest.approx(scale)
@@ -172,3 +175,16 @@ def test_records_round_trip_and_group_matching(tmp_path, tokenizer):
     matched = match_groups({"bot": records, "grpo": other_run}, groups=4)
     assert [sorted(runs) for _, runs in matched] == [["bot", "grpo"], ["grpo"]]  # shared prompts first
     assert [len(runs["grpo"]) for _, runs in matched] == [2, 2]
+
+
+def test_several_groups_of_one_prompt_are_matched_in_order():
+    """A step may hold the same prompt twice (a dataset with repeated prompts): n-th group with n-th group."""
+
+    def rows(run, uids):
+        prompt = {0: "p", 1: "p", 2: "q"}
+        return [{"uid": f"{run}{u}", "prompt": prompt[u], "key": f"{run}{u}_{k}"} for u in uids for k in (0, 1)]
+
+    matched = match_groups({"bot": rows("b", [0, 1, 2]), "grpo": rows("g", [0, 1, 2])}, groups=0)
+    assert [key for key, _ in matched] == [("p", 0), ("p", 1), ("q", 0)]
+    pairs = [[runs[r][0]["uid"] for r in ("bot", "grpo")] for _, runs in matched]
+    assert pairs == [["b0", "g0"], ["b1", "g1"], ["b2", "g2"]]

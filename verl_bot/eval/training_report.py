@@ -17,7 +17,7 @@ folder), plus `metrics.jsonl` from verl's file logger.
 
 Bytes that are not printable text are shown legibly: `<0xE2>` for a byte that is not a whole UTF-8
 character (the first bytes of a multi-byte character split across tokens), `·` a space, `↵` a newline,
-`→` a tab, control characters as their Unicode control pictures (`␇`), other invisible characters as
+`→` a tab, ASCII control characters as `<0x07>` (in a solid box), other invisible characters as
 `<U+200B>`; special tokens by their name in a box.
 """
 
@@ -54,8 +54,10 @@ def display_segments(raw: bytes) -> list[tuple[str, str]]:
     """What a token's bytes look like on the page: [(text, kind)], kind in text/space/byte/control.
 
     Whole UTF-8 characters are text (spaces, newlines, tabs as visible markers, kind `space`); a byte that
-    is no whole character is `<0xNN>` (kind `byte`); a C0 control character its control picture, any other
-    character Python does not call printable `<U+NNNN>` (kind `control`). Consecutive text is merged.
+    is no whole character is `<0xNN>` (kind `byte`); an ASCII control character `<0xNN>` too and any other
+    character Python does not call printable `<U+NNNN>` (kind `control`, boxed differently). Consecutive
+    text is merged. Only ASCII and the marker characters are used for what is not text, so every font
+    shows them.
     """
     out: list[tuple[str, str]] = []
     i = 0
@@ -67,10 +69,8 @@ def display_segments(raw: bytes) -> list[tuple[str, str]]:
             i += len(ch.encode("utf-8"))
             if ch in _WHITESPACE:
                 seg = (_WHITESPACE[ch], "space")
-            elif ord(ch) < 0x20:
-                seg = (chr(0x2400 + ord(ch)), "control")
-            elif ord(ch) == 0x7F:
-                seg = ("\u2421", "control")
+            elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+                seg = (f"<0x{ord(ch):02X}>", "control")
             elif not ch.isprintable():
                 seg = (f"<U+{ord(ch):04X}>", "control")
             else:
@@ -90,12 +90,15 @@ def colour(value: float, scale: float) -> tuple[int, int, int]:
     return tuple(round(255 + abs(t) * (c - 255)) for c in end)
 
 
+NICE = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+
+
 def nice_scale(largest: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 x 10^k that is >= largest (> 0); 1 for 0."""
+    """The smallest of NICE x 10^k that is >= largest (> 0), for round legend ticks; 1 for 0."""
     if not largest > 0 or not math.isfinite(largest):
         return 1.0
     base = 10 ** math.floor(math.log10(largest))
-    return next(m * base for m in (1, 2, 2.5, 5, 10) if m * base >= largest * (1 - 1e-12))
+    return next(m * base for m in NICE if m * base >= largest * (1 - 1e-12))
 
 
 def _css(rgb: tuple[int, int, int]) -> str:
@@ -138,18 +141,24 @@ def load_step(runs: dict[str, Path], step: int | None) -> tuple[int, dict[str, l
     return step, {name: read_records(f[step]) for name, f in files.items()}
 
 
-def match_groups(records: dict[str, list[dict]], groups: int) -> list[tuple[str, dict[str, list[dict]]]]:
-    """[(prompt, {run: rollouts of that prompt})]: prompts every run recorded first, then the rest; `groups` of them.
+def match_groups(
+    records: dict[str, list[dict]], groups: int
+) -> list[tuple[tuple[str, int], dict[str, list[dict]]]]:
+    """[((prompt, n), {run: rollouts})]: groups every run recorded first, then the rest; `groups` of them (0: all).
 
-    A run's group is the rollouts sharing a uid; runs are matched by prompt text (the uids differ between runs).
+    A run's group is the rollouts sharing a uid. Runs are matched by prompt text (the uids differ between runs);
+    when a step holds several groups of the same prompt, the n-th of one run is matched with the n-th of the other.
     """
-    by_prompt: dict[str, dict[str, list[dict]]] = {}
+    by_prompt: dict[tuple[str, int], dict[str, list[dict]]] = {}
     for name, rows in records.items():
         by_uid: dict[str, list[dict]] = {}
         for row in rows:
             by_uid.setdefault(row["uid"], []).append(row)
-        for rollouts in by_uid.values():  # a second group with the same prompt text in one run: the first stays
-            by_prompt.setdefault(rollouts[0]["prompt"], {}).setdefault(name, rollouts)
+        seen: dict[str, int] = {}
+        for rollouts in by_uid.values():
+            prompt = rollouts[0]["prompt"]
+            n = seen[prompt] = seen.get(prompt, -1) + 1
+            by_prompt.setdefault((prompt, n), {})[name] = rollouts
     ordered = sorted(by_prompt.items(), key=lambda kv: (len(kv[1]) < len(records), kv[0]))
     return ordered[: groups if groups > 0 else None]
 
@@ -202,8 +211,9 @@ def tokens_html(step: int, records: dict[str, list[dict]], groups: int) -> tuple
         "Groups are matched across runs by their prompt.</p>",
     ]
     columns = f"grid-template-columns:repeat({len(names)},minmax(0,1fr))"
-    for prompt, runs in matched:
-        parts.append(f'<section class="group"><div class="prompt">{html.escape(prompt)}</div>')
+    for (prompt, n), runs in matched:
+        again = f" <i>(group {n + 1} of this prompt in the step)</i>" if n else ""
+        parts.append(f'<section class="group"><div class="prompt">{html.escape(prompt)}{again}</div>')
         parts.append(f'<div class="runs" style="{columns}">')
         for name in names:
             body = "".join(_rollout(r, scales) for r in runs.get(name, []))
@@ -223,7 +233,8 @@ background:#f4f4f4;padding:4px;margin:6px 0}} .runs{{display:grid;gap:1.5em}} .r
 .rollout{{border-top:1px solid #ddd;padding:4px 0}} .facts{{font-size:12px;color:#444}}
 .tok{{display:inline-flex;flex-direction:column;margin:1px 1px 2px 0;vertical-align:top}}
 .cell{{font-family:monospace;font-size:13px;padding:1px 2px;white-space:pre;line-height:16px;min-width:6px}}
-.space,.control{{opacity:.75}} .byte{{font-size:10px;border:1px dotted currentColor}}
+.space{{opacity:.75}} .byte{{font-size:10px;border:1px dotted currentColor}}
+.control{{font-size:10px;border:1px solid currentColor}}
 .special{{font-size:10px;border:1px solid currentColor;border-radius:3px}}
 </style></head><body><h1>verl-bot training report</h1><p>Mean global score G per step:</p>{plot}
 {body}</body></html>"""
