@@ -8,8 +8,10 @@ for what reaches the terminal, what reaches the log, and the exit code.
 from __future__ import annotations
 
 import io
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +149,37 @@ def test_other_entry_points_still_import_verl_first():
     code = "import verl_bot, sys; print('verl' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_ctrl_c_reaches_the_trainer_under_timeout(tmp_path):
+    """The recipe runs the trainer under `timeout`, out of the terminal's reach: Ctrl-C on the console must get
+    to it (SIGINT, on which verl's trainer shuts Ray down), and the console exits with the trainer's code."""
+    got = tmp_path / "got_sigint"
+    trainer = (
+        "import signal, sys, time\n"
+        "def stop(*_):\n"
+        f"    open({str(got)!r}, 'w').write('SIGINT')\n"
+        "    sys.exit(130)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "print('fake trainer', 'ready'.upper(), flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    script = tmp_path / "recipe.sh"
+    script.write_text(f'timeout 300 {sys.executable} -c "$1" verl.trainer.main_ppo\nexit $?\n')
+    log = tmp_path / "demo.log"
+    cmd = [sys.executable, "-m", "verl_bot.cpu.console", "--log", str(log), "--metrics", str(tmp_path / "m.jsonl")]
+    console_proc = subprocess.Popen(
+        [*cmd, "--steps", "2", "--", "bash", str(script), trainer], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "fake trainer READY" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and console_proc.poll() is None, "the fake trainer did not start"
+            time.sleep(0.2)
+        console_proc.send_signal(signal.SIGINT)
+        out, _ = console_proc.communicate(timeout=60)
+    finally:
+        console_proc.kill()
+    assert got.read_text() == "SIGINT"
+    assert console_proc.returncode == 130, out
+    assert "interrupted: stopping the trainer" in out

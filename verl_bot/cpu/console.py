@@ -15,7 +15,8 @@ The steps come from verl's file logger (`--metrics`, the `VERL_FILE_LOGGER_PATH`
 G = `reward/score/mean` (the mean global score), solved = `reward/acc/mean` (the share of solved
 rollouts), step time = `timing_s/step`; ETA = the mean step time so far x the steps left. On a terminal
 one status line also ticks while the trainer starts and between steps. When the command fails, its last
-lines go to the terminal without the known-harmless ones (below), with the log's path. `--verbose`
+lines go to the terminal without the known-harmless ones (below), with the log's path. Ctrl-C stops the
+trainer (SIGINT to verl's trainer process, which shuts Ray down; SIGKILL after `--stop-timeout-s`). `--verbose`
 copies every line of the command to the terminal as well (the demo's `VERBOSE=1`).
 
 Known-harmless output (`KNOWN_HARMLESS`: each pattern with the reason it is harmless) is never shown
@@ -33,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -77,6 +79,7 @@ _KNOWN = [(re.compile(pattern), reason) for pattern, reason in KNOWN_HARMLESS]
 _WARNING_LIKE = re.compile(r"\bWARNING\b|\b\w*Warning:|^\s*(\(\w+ pid=\d+\)\s*)?Traceback \(most recent call last\)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _STOPPED = "verl-bot: run stopped:"
+TRAINER_MARK = "verl.trainer.main_ppo"
 G_KEY, SOLVED_KEY, STEP_TIME_KEY = "reward/score/mean", "reward/acc/mean", "timing_s/step"
 BAR_WIDTH = 20
 
@@ -118,6 +121,55 @@ def step_line(step: int, total: int, data: dict, step_times: list[float]) -> str
     if step_times and step < total:
         parts.append(f"ETA {clock(sum(step_times) / len(step_times) * (total - step))}")
     return "  ".join(p for p in parts if p)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children first), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(0), [])
+        out.extend(kids)
+        todo.extend(kids)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stop(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Ctrl-C for the run: SIGINT to verl's trainer process(es) below `proc` (the recipe runs it under `timeout`,
+    which keeps the terminal's Ctrl-C from it; the trainer shuts Ray down on SIGINT), else to everything below;
+    after `timeout_s`, SIGKILL to whatever is left of the tree."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    below = descendants(proc.pid)
+    trainers = [pid for pid in below if TRAINER_MARK in _cmdline(pid)]
+    _signal(trainers or [proc.pid, *below], signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _signal([proc.pid, *descendants(proc.pid)], signal.SIGKILL)
 
 
 class MetricsTail:
@@ -187,6 +239,7 @@ class Console:
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\n")
             log.write(line + "\n")
+            log.flush()  # `tail -f` the log while the run goes on
             if self.args.verbose:
                 self.say(line)
             index = known_harmless(line)
@@ -237,11 +290,8 @@ class Console:
                         self.status(f"  finishing (Ray shuts down) ... {clock(elapsed)}")
                     time.sleep(0.5)
             except KeyboardInterrupt:
-                self.say("  interrupted: waiting for the trainer to stop ...")
-                try:
-                    proc.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                self.say("  interrupted: stopping the trainer (Ctrl-C again is ignored; it takes a few seconds) ...")
+                stop(proc, self.args.stop_timeout_s)
             rc = proc.wait()
             pump.join(timeout=30)
             self._write_summary(log)
@@ -291,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--title", default="training run", help="first line printed for the run")
     parser.add_argument("--verbose", action="store_true", help="also copy every line of the command here")
     parser.add_argument("--failure-lines", type=int, default=25, help="lines shown when the command fails")
+    parser.add_argument("--stop-timeout-s", type=float, default=120.0, help="Ctrl-C: wait this long, then SIGKILL")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the command and its arguments")
     return parser
 
