@@ -21,6 +21,7 @@ Refused:
 - a `data_source` of the local train/val parquet files that no scorer serves
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
+- an estimator knob of the wrong kind (e.g. `+algorithm.bot_std_floor=-1`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import);
 - for any run: token-report knobs that cannot work (`algorithm.token_report_steps`
@@ -36,7 +37,8 @@ from typing import Any
 from verl_bot import token_records
 from verl_bot.advantage import estimator_spec
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.rewards.scorers import build_scorers, unscorable_sources
+from verl_bot.hooks.reward_functions import default_knows, function_config
+from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 BROADCAST_KEY = "bot_broadcast_scalar"
@@ -73,6 +75,16 @@ def data_sources(paths: Iterable[str]) -> dict[str, str]:
         for source in pq.read_table(path, columns=["data_source"]).column("data_source").unique().to_pylist():
             found.setdefault(str(source), path)
     return found
+
+
+def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> list[str]:
+    """The data sources among `sources` the `bot` manager could not score: no configured or built-in scorer,
+    no `reward.custom_reward_function` (which is asked about any data source), and unknown to verl's
+    `default_compute_score`."""
+    if "custom_reward_function" in function_config(config):
+        return []
+    known = {**DEFAULT_SCORERS, **dict(settings.get("scorers") or {})}
+    return [source for source in sources if source not in known and not default_knows(source)]
 
 
 def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> str | None:
@@ -112,6 +124,8 @@ def check_config(config: Any) -> None:
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
     settings = manager_settings(config) if bot_manager else None
+    if spec is not None and spec.options is not None:
+        spec.options(config.algorithm)
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)
         if problem:
@@ -135,5 +149,6 @@ def check_config(config: Any) -> None:
         raise VerlBotConfigError(
             f"bot reward manager: no scorer for data_source={first!r} (in {sources[first]})"
             + (f" nor {missing[1:]}" if len(missing) > 1 else "")
-            + f"; add +reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
+            + "; no reward.custom_reward_function is set and verl's default_compute_score does not know it; add "
+            + f"+reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
         )

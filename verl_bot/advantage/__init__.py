@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_bot.advantage import pure
-from verl_bot.advantage.bot import compute_bot_advantage
+from verl_bot.advantage.bot import bot_options, compute_bot_advantage
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,11 @@ class EstimatorSpec:
     fn: Callable[..., Any]
     streams: tuple[str, ...] = ()
     token_level: bool = True
+    options: Callable[[Any], Any] | None = None  # parses the estimator's knobs from `algorithm` (raises if bad)
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
-    "bot": EstimatorSpec(compute_bot_advantage),
+    "bot": EstimatorSpec(compute_bot_advantage, options=bot_options),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
 }
 
