@@ -196,8 +196,8 @@ def _rollout(record: dict, scales: dict[str, float]) -> str:
     return f'<div class="rollout" data-key="{html.escape(record["key"])}"><div class="facts">{head}</div>{tokens}</div>'
 
 
-def tokens_html(step: int, records: dict[str, list[dict]], groups: int) -> tuple[str, dict[str, float]]:
-    """The HTML body of the token view and the colour scale of each quantity."""
+def tokens_html(step: int, records: dict[str, list[dict]], groups: int) -> str:
+    """The HTML body of the token view (its legends carry each quantity's colour scale)."""
     matched = match_groups(records, groups)
     shown = [row for _, runs in matched for rows in runs.values() for row in rows]
     scales = {key: nice_scale(max((abs(v) for r in shown for v in r[key]), default=0.0)) for key, _ in QUANTITIES}
@@ -220,7 +220,7 @@ def tokens_html(step: int, records: dict[str, list[dict]], groups: int) -> tuple
             body = body or "<p><i>this prompt was not recorded in this run</i></p>"
             parts.append(f'<div class="run" data-run="{html.escape(name)}"><h3>{html.escape(name)}</h3>{body}</div>')
         parts.append("</div></section>")
-    return "\n".join(parts), scales
+    return "\n".join(parts)
 
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>verl-bot training report</title>
@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(not name or not str(d) for name, d in runs.items()):
             raise EvalError("--run takes NAME=RUN_DIR")
         step, records = load_step(runs, args.step)
-        body, _ = tokens_html(step, records, args.groups)
+        body = tokens_html(step, records, args.groups)
     except (EvalError, ValueError, OSError) as e:
         print(f"error: {e}", flush=True)
         return 2
