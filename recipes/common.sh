@@ -66,6 +66,11 @@ PASS_DEAD_ZONE=${PASS_DEAD_ZONE:-0.0}              # delta: |S_t| < delta counts
 PASS_MIN_CHUNK=${PASS_MIN_CHUNK:-1}                # m_min: shorter sign runs join the chunk before them
 PASS_DENSITY=${PASS_DENSITY:-suffix}               # suffix | sequence | chunk (Divide-Length)
 PASS_OP=${PASS_OP:-grpo}                           # grpo (mean/std) | drgrpo (mean only)
+# Token-credit report (verl_bot/token_records.py): steps whose exact tokens, rewards and advantages are recorded
+# in ${OUT_DIR}/token_records (e.g. "1,-1": the first and the last; empty: none), and how many prompts per step.
+# Then: python -m verl_bot.eval.training_report --run bot=OUT_DIR_BOT --run grpo=OUT_DIR_GRPO --out DIR
+REPORT_STEPS=${REPORT_STEPS:-}
+REPORT_GROUPS=${REPORT_GROUPS:-4}
 
 case "${TASK}" in
     react)
@@ -431,6 +436,13 @@ vb_overrides() {
         "${MODEL_OVERRIDES[@]}"
         "${ALGO_OVERRIDES[@]}"
     )
+    if [[ -n "${REPORT_STEPS}" ]]; then
+        OVERRIDES+=(
+            "+algorithm.token_report_steps=[${REPORT_STEPS}]"
+            "+algorithm.token_report_groups=${REPORT_GROUPS}"
+            "+algorithm.token_report_dir=${OUT_DIR}/token_records"
+        )
+    fi
 }
 
 vb_main() {

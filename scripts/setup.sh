@@ -32,4 +32,10 @@ fi
 if [[ -f reward_servers/react/setup.sh ]]; then
     bash reward_servers/react/setup.sh
 fi
-.venv/bin/python -c 'import verl, verl_bot; print("setup ok: verl", verl.__version__, "verl-bot", verl_bot.__version__)'
+# importing verl prints its start-up notes (optional engines, no accelerator): shown only when the import fails
+if ! check=$(.venv/bin/python -c 'import verl, verl_bot; print("setup ok: verl", verl.__version__, "verl-bot", verl_bot.__version__)' 2>&1); then
+    echo "${check}" >&2
+    echo "setup: verl or verl-bot does not import (see above)" >&2
+    exit 1
+fi
+echo "${check##*$'\n'}"

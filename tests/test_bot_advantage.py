@@ -20,7 +20,7 @@ from verl_bot.advantage.bot import (
 
 
 def reference_bot(rewards, mask, index, eps=1e-6, norm_by_std=True, length_weighting=True, std_floor=0.0):
-    """Obviously-correct loop over groups and tokens, in float64 Python numbers (ALGORITHMS.md Eq. 2-3).
+    """Obviously-correct loop over groups and tokens, in float64 Python numbers (docs/ALGORITHMS.md Eq. 2-3).
 
     length_weighting=False: every token of the group weighs 1/N (plain pooling); std_floor: max(std, floor).
     """

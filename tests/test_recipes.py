@@ -28,6 +28,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import compose_verl_config
+from verl_bot import token_records
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["react_qwen", "react_smollm", "react_phi", "aime_qwen", "aime_smollm", "aime_phi"]
@@ -256,6 +257,8 @@ def test_env_settings_reach_the_config(data, slow):
         KL_LOSS_COEF="0.001",
         MODEL_PATH=str(model_dir),
         REWARD_URL="http://a:8802,http://b:8802",
+        REPORT_STEPS="1,-1",
+        REPORT_GROUPS="2",
     )
     cfg = compose_verl_config([*args, "trainer.total_training_steps=7"])  # "$@" goes through, last wins
     assert cfg.algorithm.adv_estimator == "bot"  # GSPO-token: BoT advantages with the gspo loss
@@ -270,6 +273,9 @@ def test_env_settings_reach_the_config(data, slow):
     assert cfg.reward.reward_kwargs.bot.scorers.aime == "http://a:8802,http://b:8802"  # one string: round-robin
     assert cfg.trainer.experiment_name == "aime_qwen_gspo_token_s0"
     assert cfg.trainer.total_training_steps == 7
+    assert list(cfg.algorithm.token_report_steps) == [1, -1] and cfg.algorithm.token_report_groups == 2
+    assert cfg.algorithm.token_report_dir == str(Path(cfg.trainer.default_local_dir).parent / "token_records")
+    assert token_records.recorded_steps(cfg.algorithm, cfg.trainer.total_training_steps) == {1, 7}
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@
 `check_config(config)` runs on verl's fully composed config in the driver
 (`verl_bot.hooks.validate_config` calls it from verl's own `validate_config`,
 before Ray starts) and raises `VerlBotConfigError` with one line naming the
-problem and the fix. It does nothing for a run that uses neither verl-bot's
-reward manager nor one of its estimators.
+problem and the fix. For a run that uses neither verl-bot's reward manager nor
+one of its estimators it checks only the token-report knobs.
 
 Refused:
 - `trainer.use_v1=false`: the legacy trainer bypasses TransferQueue and every
@@ -23,7 +23,9 @@ Refused:
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
 - an estimator knob of the wrong kind (e.g. `+algorithm.bot_std_floor=-1`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
-  (an unknown builtin, a `python:` function that does not import).
+  (an unknown builtin, a `python:` function that does not import);
+- for any run: token-report knobs that cannot work (`algorithm.token_report_steps`
+  outside the run, `token_report_groups` < 0; `verl_bot.token_records`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from verl_bot import token_records
 from verl_bot.advantage import estimator_spec
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.reward_functions import default_knows, function_config
@@ -110,6 +113,9 @@ def check_config(config: Any) -> None:
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
     spec = estimator_spec(estimator)
     bot_manager = bot_manager_in_use(config)
+    problem = token_records.config_problem(config.algorithm, config.trainer.get("total_training_steps"))
+    if problem:
+        raise VerlBotConfigError(problem)
     if spec is None and not bot_manager:
         return
     if not config.trainer.get("use_v1", True):

@@ -5,7 +5,8 @@ module function of verl (signature-checked by `_patch.wrap`, idempotent) and
 says in its docstring what it changes and why there:
 
     agent_loop_output   AgentLoopOutput.as_dict              dense rm_scores rows, reward streams, fatal marker
-    compute_advantage   PPOTrainer._compute_advantage        batch context (streams, failed rows), failure-rate stop
+    compute_advantage   PPOTrainer._compute_advantage        batch context (streams, failed rows), failure-rate stop,
+                                                             token records of chosen steps (verl_bot.token_records)
     multi_trajectory    trainer_base.compute_advantage_for_multi_trajectories
                                                              failed rollouts out of their groups, advantage 0
     compute_metrics     PPOTrainer._compute_metrics          reward/<key>/mean, reward/flag/<name>/mean
