@@ -1,7 +1,7 @@
 """Sample efficiency: steps to reach a reward threshold, `bot` vs baselines, through verl's real trainer on CPU.
 
     .venv/bin/python benchmarks/sample_efficiency.py [--seeds 0 1 2] [--steps 60] [--threshold 0.9]
-        [--algos bot grpo pure] [--reuse]
+        [--algos bot grpo pure pass] [--reuse]
 
 Every (algorithm, seed) is one `recipes/cpu_train.sh` run: the toy_lint task
 (global score G in [-1, 1] plus -1 on every span of forbidden characters),
@@ -9,8 +9,9 @@ a tiny Qwen2-style model initialised with the seed, verl 0.9.1's v1 trainer.
 `bot` trains on dense rewards r_t = G + w_s * S_t with the BoT-GRPO estimator;
 `grpo` on the same G only, as one scalar per response (no local penalties), as
 in the paper; `pure` (PURE, min-form credit) on the manager's reward streams
-(local S_t per blank-line step, solved = no forbidden character at EOS). All
-use the same seed (model init and data order) and settings.
+(local S_t per blank-line step, solved = no forbidden character at EOS);
+`pass` (PASS) on the streams local S_t (process), solved (outcome) and format
+(0 on this task). All use the same seed (model init and data order) and settings.
 
 Steps to threshold: the first step at which the mean G over the last
 `--window` steps reaches `--threshold`; a run that never does counts as
@@ -69,7 +70,7 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=["bot", "grpo"], help="bot first, then the baselines")
     args = parser.parse_args()
     if args.algos[0] != "bot" or len(args.algos) < 2:
-        parser.error("--algos: bot first, then at least one baseline (grpo, pure)")
+        parser.error("--algos: bot first, then at least one baseline (grpo, pure, pass)")
     out = Path(args.out)
 
     curves, reached = {}, {}

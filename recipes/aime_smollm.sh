@@ -2,12 +2,12 @@
 # AIME on SmolLM3-3B: BoT-GRPO and the paper's baselines (arXiv 2610.09804, Fig. 6: Pass@k
 # over training; reward Eq. 8: 3*correct + 0.5*(1/|S|)*e_s per step + format bonus).
 #
-#   python recipes/data/aime.py --input aime_1983_2024.jsonl --out-dir ~/data/verl_bot/aime   # once
+#   python recipes/data/aime.py --out-dir ~/data/verl_bot/aime   # once: AIME 1983-2024 from the HF hub
 #   START_SERVER=1 STEP_JUDGE_BASE_URL=http://127.0.0.1:8000/v1 ALGO=bot bash recipes/aime_smollm.sh
 #   REWARD_URL=http://127.0.0.1:8802 ALGO=grpo bash recipes/aime_smollm.sh    # GRPO needs no step judge
 #   DRY_RUN=1 ALGO=gspo bash recipes/aime_smollm.sh         # print the composed verl config, exit
 #
-# ALGO=bot|grpo|gspo|dapo|pure|vps; shared settings, checks and the overrides of each ALGO: recipes/common.sh.
+# ALGO=bot|grpo|gspo|dapo|pure|pass|vps; shared settings, checks and the overrides of each ALGO: recipes/common.sh.
 # Hardware: 1 node x 8 GPUs (80 GB); vLLM rollout. Table of recipes: recipes/README.md.
 set -xeuo pipefail
 

@@ -8,6 +8,7 @@
 #   bot : algorithm.adv_estimator=bot, dense rewards r_t = G + S_t (bot reward manager)
 #   grpo: verl's grpo on the same global score G only (scalar on the last token), as in the paper
 #   pure: verl-bot's PURE on the bot manager's reward streams (local S_t per step, solved at EOS)
+#   pass: verl-bot's PASS on the streams local S_t (process), solved (outcome) and format (0: toy_lint has none)
 #   vps : verl-bot's GRPO-VPS: GRPO on G plus the progress of the model's belief in the correct answer,
 #         probed on the hf rollout server by the vps_single_turn agent loop (needs ground-truth answers)
 #
@@ -56,6 +57,12 @@ case "${ALGO}" in
             actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
         )
         ;;
+    pass)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=pass
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+        )
+        ;;
     vps)
         # cuts for responses of tens of tokens (the GPU recipes' 64-token gap is for thousands)
         ALGO_OVERRIDES=(
@@ -69,7 +76,7 @@ case "${ALGO}" in
         )
         ;;
     *)
-        echo "cpu_train.sh: ALGO must be bot, grpo, pure or vps, got '${ALGO}'" >&2
+        echo "cpu_train.sh: ALGO must be bot, grpo, pure, pass or vps, got '${ALGO}'" >&2
         exit 2
         ;;
 esac

@@ -15,6 +15,7 @@ from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 print("estimator", get_adv_estimator_fn("bot").__module__)
 print("estimator", get_adv_estimator_fn("pure").__module__)
+print("estimator", get_adv_estimator_fn("pass").__module__)
 print("estimator", get_adv_estimator_fn("vps").__module__)
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 print("agent_loop", _agent_loop_registry["vps_single_turn"]["_target_"])
@@ -32,6 +33,7 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "estimator verl_bot.advantage.bot" in proc.stdout
     assert "estimator verl_bot.advantage.pure" in proc.stdout
+    assert "estimator verl_bot.advantage.pass_" in proc.stdout
     assert "estimator verl_bot.advantage.vps" in proc.stdout
     assert "agent_loop verl_bot.agent_loop.VPSAgentLoop" in proc.stdout
     assert "streams True" in proc.stdout
@@ -44,7 +46,7 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
 def test_register_is_idempotent():
     first = plugin.register()
     assert plugin.register() is first
-    assert first["adv_estimators"] == ["bot", "pure", "vps"] and first["reward_managers"] == ["bot"]
+    assert first["adv_estimators"] == ["bot", "pass", "pure", "vps"] and first["reward_managers"] == ["bot"]
     assert first["agent_loops"] == ["vps_single_turn"]
 
 

@@ -276,9 +276,12 @@ def test_settings_defaults_and_validation():
     assert (s.alpha, s.cut_quantile, s.max_cuts, s.min_gap, s.space, s.template) == (0.5, 0.1, 8, 64, "prob", "auto")
     assert VPSSettings.from_config(OmegaConf.create({"vps_min_gap": "4", "vps_template": "A: {answer}"})).min_gap == 4
     for key, bad in [("vps_alpha", -1), ("vps_space", "odds"), ("vps_template", "no slot"), ("vps_cut_quantile", 0),
-                     ("vps_min_gap", 0), ("vps_cut_rule", "entropy"), ("vps_normalize", "batch"), ("vps_alpha", "x")]:
-        with pytest.raises(ValueError, match=key):
+                     ("vps_min_gap", 0), ("vps_cut_rule", "entropy"), ("vps_normalize", "batch"), ("vps_alpha", "x"),
+                     ("vps_max_cuts", 2.5), ("vps_min_gap", True)]:
+        with pytest.raises(VerlBotConfigError, match=f"\\+algorithm.{key}"):
             VPSSettings.from_config({key: bad})
+    with pytest.raises(VerlBotConfigError, match="unknown GRPO-VPS knob.*vps_alhpa"):
+        VPSSettings.from_config({"vps_alhpa": 0.5})
 
 
 def test_start_up_checks_refuse_vps_without_its_agent_loop_or_with_a_bad_knob():

@@ -3,8 +3,8 @@
 `check_config(config)` runs on verl's fully composed config in the driver
 (`verl_bot.hooks.validate_config` calls it from verl's own `validate_config`,
 before Ray starts) and raises `VerlBotConfigError` with one line naming the
-problem and the fix. It does nothing for a run that uses neither verl-bot's
-reward manager nor one of its estimators.
+problem and the fix. For a run that uses neither verl-bot's reward manager nor
+one of its estimators it checks only the token-report knobs.
 
 Refused:
 - `trainer.use_v1=false`: the legacy trainer bypasses TransferQueue and every
@@ -21,10 +21,13 @@ Refused:
 - a `data_source` of the local train/val parquet files that no scorer serves
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
+- an estimator knob of the wrong kind (e.g. `+algorithm.bot_std_floor=-1`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import);
 - `adv_estimator=vps` without its agent loop (`default_agent_loop=vps_single_turn`,
-  which writes the probe results it reads), or with an invalid `algorithm.vps_*` knob.
+  which writes the probe results it reads);
+- for any run: token-report knobs that cannot work (`algorithm.token_report_steps`
+  outside the run, `token_report_groups` < 0; `verl_bot.token_records`).
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from verl_bot import token_records
 from verl_bot.advantage import estimator_spec
-from verl_bot.advantage.vps import AGENT_LOOP, VPSSettings
+from verl_bot.advantage.vps import AGENT_LOOP
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.rewards.scorers import build_scorers, unscorable_sources
+from verl_bot.hooks.reward_functions import default_knows, function_config
+from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 BROADCAST_KEY = "bot_broadcast_scalar"
@@ -75,6 +80,16 @@ def data_sources(paths: Iterable[str]) -> dict[str, str]:
     return found
 
 
+def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> list[str]:
+    """The data sources among `sources` the `bot` manager could not score: no configured or built-in scorer,
+    no `reward.custom_reward_function` (which is asked about any data source), and unknown to verl's
+    `default_compute_score`."""
+    if "custom_reward_function" in function_config(config):
+        return []
+    known = {**DEFAULT_SCORERS, **dict(settings.get("scorers") or {})}
+    return [source for source in sources if source not in known and not default_knows(source)]
+
+
 def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> str | None:
     algorithm = config.get("algorithm") or {}
     dense = settings is not None and bool(settings["token_level"])
@@ -97,10 +112,6 @@ def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> 
 
 
 def _vps_problem(config: Any) -> str | None:
-    try:
-        VPSSettings.from_config(config.get("algorithm"))
-    except ValueError as exc:
-        return str(exc)
     rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
     loop = (rollout.get("agent") or {}).get("default_agent_loop")
     if loop != AGENT_LOOP:
@@ -116,6 +127,9 @@ def check_config(config: Any) -> None:
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
     spec = estimator_spec(estimator)
     bot_manager = bot_manager_in_use(config)
+    problem = token_records.config_problem(config.algorithm, config.trainer.get("total_training_steps"))
+    if problem:
+        raise VerlBotConfigError(problem)
     if spec is None and not bot_manager:
         return
     if not config.trainer.get("use_v1", True):
@@ -124,6 +138,8 @@ def check_config(config: Any) -> None:
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
     settings = manager_settings(config) if bot_manager else None
+    if spec is not None and spec.options is not None:
+        spec.options(config.algorithm)
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)
         if problem:
@@ -151,5 +167,6 @@ def check_config(config: Any) -> None:
         raise VerlBotConfigError(
             f"bot reward manager: no scorer for data_source={first!r} (in {sources[first]})"
             + (f" nor {missing[1:]}" if len(missing) > 1 else "")
-            + f"; add +reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
+            + "; no reward.custom_reward_function is set and verl's default_compute_score does not know it; add "
+            + f"+reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
         )

@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bot.advantage import pure
-from verl_bot.advantage.bot import compute_bot_advantage
-from verl_bot.advantage.vps import compute_vps_advantage
+from verl_bot.advantage import pass_, pure, vps
+from verl_bot.advantage.bot import bot_options, compute_bot_advantage
 
 
 @dataclass(frozen=True)
@@ -26,13 +25,15 @@ class EstimatorSpec:
     fn: Callable[..., Any]
     streams: tuple[str, ...] = ()
     token_level: bool = True
+    options: Callable[[Any], Any] | None = None  # parses the estimator's knobs from `algorithm` (raises if bad)
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
-    "bot": EstimatorSpec(compute_bot_advantage),
+    "bot": EstimatorSpec(compute_bot_advantage, options=bot_options),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
+    "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, options=pass_.pass_settings),
     # GRPO-VPS: GRPO on the scalar score plus belief progress from the `vps_single_turn` agent loop's probes
-    "vps": EstimatorSpec(compute_vps_advantage, token_level=False),
+    "vps": EstimatorSpec(vps.compute_vps_advantage, token_level=False, options=vps.VPSSettings.from_config),
 }
 
 

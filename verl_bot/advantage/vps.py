@@ -38,6 +38,7 @@ from verl_bot.errors import VerlBotConfigError
 PROBE_FIELD = "verl_bot_vps"
 AGENT_LOOP = "vps_single_turn"
 EPS = 1e-6
+KNOB_PREFIX = "vps_"
 OUTCOME_KEYS = ("solved", "acc")  # reward_extra_info: the bot manager's `solved`, verl's math scorers' `acc`
 
 
@@ -60,20 +61,40 @@ class VPSSettings:
 
     @classmethod
     def from_config(cls, config: Any) -> VPSSettings:
-        """Read the `vps_<name>` keys of an `algorithm` config (DictConfig, dict or None); ValueError if invalid."""
-        get = config.get if config is not None else (lambda key, default=None: default)
+        """The knobs from verl's `algorithm` config (`vps_*` keys; None: the defaults).
+
+        Raises VerlBotConfigError (a ValueError) naming the key for a value of the wrong kind or out of range and
+        for an unknown `vps_*` key (also at start-up: `verl_bot.preflight`).
+        """
+        config = config if config is not None else {}
+        known = {f.name: f for f in fields(cls)}
+        given = {str(k)[len(KNOB_PREFIX) :]: config[k] for k in config.keys() if str(k).startswith(KNOB_PREFIX)}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise VerlBotConfigError(
+                f"unknown GRPO-VPS knob(s) {['+algorithm.' + KNOB_PREFIX + k for k in unknown]}; "
+                f"known: {[KNOB_PREFIX + k for k in known]}"
+            )
         values = {}
-        for f in fields(cls):
-            raw = get(f"vps_{f.name}", f.default)
+        for name, raw in given.items():
+            kind = type(known[name].default)
             try:
-                values[f.name] = type(f.default)(raw)
+                if isinstance(raw, bool):
+                    raise ValueError("a boolean")
+                value = float(raw) if kind in (int, float) else str(raw)
+                if kind is int and not float(value).is_integer():
+                    raise ValueError("not an integer")
+                values[name] = kind(value)
             except (TypeError, ValueError):
-                raise ValueError(f"algorithm.vps_{f.name}={raw!r} is not a {type(f.default).__name__}") from None
+                raise VerlBotConfigError(
+                    f"+algorithm.{KNOB_PREFIX}{name} must be a {kind.__name__}, got {raw!r}"
+                ) from None
         settings = cls(**values)
         settings.validate()
         return settings
 
     def validate(self) -> None:
+        """Raise VerlBotConfigError naming every knob out of its range."""
         problems = []
         if not (self.alpha >= 0 and math.isfinite(self.alpha)):
             problems.append(f"vps_alpha={self.alpha} must be a finite number >= 0")
@@ -94,7 +115,7 @@ class VPSSettings:
         if not (self.log_floor < 0 and math.isfinite(self.log_floor)):
             problems.append(f"vps_log_floor={self.log_floor} must be a finite number < 0")
         if problems:
-            raise ValueError("GRPO-VPS: " + "; ".join(problems))
+            raise VerlBotConfigError("GRPO-VPS: " + "; ".join(f"+algorithm.{p}" for p in problems))
 
 
 # ------------------------------------------------------------------------------------------ the math
