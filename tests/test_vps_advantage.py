@@ -284,14 +284,24 @@ def test_settings_defaults_and_validation():
         VPSSettings.from_config({"vps_alhpa": 0.5})
 
 
-def test_start_up_checks_refuse_vps_without_its_agent_loop_or_with_a_bad_knob():
+def test_start_up_checks_refuse_vps_without_its_agent_loop_answers_or_with_a_bad_knob(tmp_path):
+    import pandas as pd
+
     from tests.conftest import compose_verl_config
     from verl_bot.preflight import check_config
 
-    base = ["algorithm.adv_estimator=vps"]
+    def parquet(name, truths):
+        rows = [{"data_source": "x", "prompt": [], "reward_model": {"ground_truth": gt}} for gt in truths]
+        pd.DataFrame(rows).to_parquet(tmp_path / name)
+        return f"data.train_files={tmp_path / name}"
+
+    base = ["algorithm.adv_estimator=vps", parquet("answers.parquet", [None, "42", ""])]
     with pytest.raises(VerlBotConfigError, match="default_agent_loop=single_turn_agent; set it to vps_single_turn"):
         check_config(compose_verl_config(base))
     loop = "actor_rollout_ref.rollout.agent.default_agent_loop=vps_single_turn"
     check_config(compose_verl_config([*base, loop]))
     with pytest.raises(VerlBotConfigError, match="vps_space='odds' must be prob or log"):
         check_config(compose_verl_config([*base, loop, "+algorithm.vps_space=odds"]))
+    for name, truths in [("lint.parquet", [{"forbidden": "aeiou"}, None]), ("empty.parquet", ["", None, "  "])]:
+        with pytest.raises(VerlBotConfigError, match=f"no row of .*{name} has one"):  # toy_lint's: no answers
+            check_config(compose_verl_config([base[0], parquet(name, truths), loop]))

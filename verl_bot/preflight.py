@@ -25,7 +25,8 @@ Refused:
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import);
 - `adv_estimator=vps` without its agent loop (`default_agent_loop=vps_single_turn`,
-  which writes the probe results it reads);
+  which writes the probe results it reads), or on local train files without any
+  ground-truth answer (`reward_model.ground_truth`) to probe for;
 - for any run: token-report knobs that cannot work (`algorithm.token_report_steps`
   outside the run, `token_report_groups` < 0; `verl_bot.token_records`).
 """
@@ -55,13 +56,13 @@ def _files(spec: Any) -> list[str]:
     return [str(f) for f in spec]
 
 
-def local_parquet_files(config: Any) -> list[str]:
+def local_parquet_files(config: Any, keys: tuple[str, ...] = ("train_files", "val_files")) -> list[str]:
     """The train/val files of the run that are local parquet files (others cannot be read here)."""
     data = config.get("data") or {}
     custom = data.get("custom_cls") or {}
     if custom.get("path"):
         return []
-    files = _files(data.get("train_files")) + _files(data.get("val_files"))
+    files = [f for key in keys for f in _files(data.get(key))]
     paths = [os.path.expanduser(f) for f in files]
     return [p for p in paths if p.endswith(".parquet") and os.path.isfile(p)]
 
@@ -111,7 +112,31 @@ def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> 
     )
 
 
+def files_without_answers(paths: Iterable[str]) -> list[str]:
+    """The parquet files among `paths` in which no row has a ground truth GRPO-VPS can probe for
+    (`reward_model.ground_truth`, a string or a number: `verl_bot.probing.answer_text`)."""
+    import pyarrow.parquet as pq
+
+    from verl_bot.probing import answer_text
+
+    bad = []
+    for path in paths:
+        rows = []
+        if "reward_model" in pq.read_schema(path).names:
+            rows = pq.read_table(path, columns=["reward_model"]).column("reward_model").to_pylist()
+        if not any(isinstance(r, dict) and answer_text(r.get("ground_truth")) for r in rows):
+            bad.append(path)
+    return bad
+
+
 def _vps_problem(config: Any) -> str | None:
+    no_answers = files_without_answers(local_parquet_files(config, ("train_files",)))
+    if no_answers:
+        return (
+            f"adv_estimator=vps probes the model's belief in each prompt's correct answer, but no row of "
+            f"{no_answers[0]} has one (reward_model.ground_truth: a string or a number); use a task with one "
+            "correct answer per prompt (e.g. toy_math, AIME, verl's math data)"
+        )
     rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
     loop = (rollout.get("agent") or {}).get("default_agent_loop")
     if loop != AGENT_LOOP:
