@@ -313,8 +313,9 @@ def test_noise_spec_options_and_their_errors():
     for bad in ("builtin:toy_lint?flp=0.2", "builtin:toy_lint?flip=2", "builtin:toy_lint?flip=x", "builtin:toy_lint?"):
         with pytest.raises(ValueError, match="scorer spec"):
             build_scorer(bad)
-    with pytest.raises(ValueError, match="jitter"):
-        build_scorer("builtin:toy_math?jitter=-1")
+    for bad in ("builtin:toy_math?jitter=-1", "builtin:toy_math?jitter=inf", "builtin:toy_math?flip=nan"):
+        with pytest.raises(ValueError, match="jitter|flip"):
+            build_scorer(bad)
 
 
 def test_noise_knob_through_hydra_and_the_manager_settings():
