@@ -40,20 +40,11 @@ VPS_KEYS = (
 )
 
 
-def prepare(out: Path, seed: int) -> dict[str, str]:
-    """The toy_math data and the tiny model warm-started on it (made once under `out`): cpu_train.sh's env."""
-    data, model = out / "toy_math_data", out / f"tiny_model_toy_math_s{seed}"
-    if not (data / "train.parquet").exists():
-        subprocess.run([sys.executable, str(ROOT / "recipes" / "data" / "toy_math.py"), "--out", str(data)], check=True)
-    if not (model / "verl_bot_tiny.json").exists():
-        cmd = [sys.executable, "-m", "verl_bot.cpu.tiny_model", str(model), "--seed", str(seed)]
-        subprocess.run([*cmd, "--warm-start", "toy_math"], check=True, cwd=ROOT)
-    return {"TASK": "toy_math", "DATA_DIR": str(data), "MODEL_DIR": str(model), "RESPONSE_LENGTH": "40"}
-
-
-def run(algo: str, steps: int, seed: int, out_dir: Path, task_env: dict[str, str]) -> Path:
-    """One `cpu_train.sh` run of `algo` on toy_math; returns its metrics file."""
-    env = {**os.environ, **task_env, "ALGO": algo, "SEED": str(seed), "STEPS": str(steps), "OUT_DIR": str(out_dir)}
+def run(algo: str, steps: int, seed: int, out_dir: Path) -> Path:
+    """One `cpu_train.sh` run of `algo` on toy_math (its data and warm-started model are made by the first run);
+    returns its metrics file."""
+    env = {**os.environ, "ALGO": algo, "TASK": "toy_math", "SEED": str(seed), "STEPS": str(steps),
+           "OUT_DIR": str(out_dir)}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     log = out_dir.with_suffix(".log")
     with open(log, "w") as fh:
@@ -85,12 +76,11 @@ def main() -> None:
     if args.skip >= args.steps:
         parser.error("--skip must be below --steps")
 
-    task_env = prepare(Path(args.out), args.seed)
     results: dict[str, list[dict[str, float]]] = {"grpo": [], "vps": []}
     for r in range(args.repeats):
         for algo in ("grpo", "vps"):
             print(f"running {algo} #{r} ({args.steps} steps) ...", flush=True)
-            metrics = run(algo, args.steps, args.seed, Path(args.out) / f"{algo}_{r}", task_env)
+            metrics = run(algo, args.steps, args.seed, Path(args.out) / f"{algo}_{r}")
             results[algo].append(step_means(metrics, KEYS + (VPS_KEYS if algo == "vps" else ()), args.skip))
 
     mean = {algo: {k: statistics.fmean(m[k] for m in runs) for k in runs[0]} for algo, runs in results.items()}

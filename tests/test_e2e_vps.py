@@ -1,5 +1,8 @@
 """GRPO-VPS end to end: `ALGO=vps STEPS=2 bash recipes/cpu_train.sh` runs verl 0.9.1's real trainer on the CPU.
 
+The task is toy_math (cpu_train.sh's default for vps), with a few rows without a ground truth, and a tiny model
+given a short warm start here (cpu_train.sh would make its longer one).
+
 One trainer start. The `vps_single_turn` agent loop probes every rollout on the `hf` rollout server
 (`prompt_logprobs`) inside verl's agent-loop worker; the records travel with the rows through TransferQueue; a
 probe module (loaded by verl through `VERL_USE_EXTERNAL_MODULES`, as in tests/test_cpu_e2e.py) wraps the
@@ -108,8 +111,6 @@ def test_vps_two_steps_through_cpu_train_sh(workdir):
             "OUT_DIR": str(run.dir),
             "MODEL_DIR": str(workdir / "model"),
             "DATA_DIR": str(workdir / "data"),
-            "TASK": "toy_math",
-            "RESPONSE_LENGTH": "40",
             "TIMEOUT_S": "600",
         }
     )

@@ -6,7 +6,7 @@ digits such as "Compute 3+4-2." (`verl_bot.cpu.toy_math`), scored by `verl_bot.r
 follow verl's preprocessors: `data_source`, `prompt` (chat list), `ability`, `reward_model` {style,
 ground_truth (the answer as a string)}, `extra_info`. Train and test problems come from different seeds.
 
-    python recipes/data/toy_math.py --out DIR [--train 512] [--test 64] [--seed 0] [--min-ops 2] [--max-ops 3]
+    python recipes/data/toy_math.py --out DIR [--train 512] [--test 64] [--seed 0] [--min-ops 2] [--max-ops 4]
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from verl_bot.cpu.toy_math import problems  # noqa: E402
+from verl_bot.cpu.toy_math import MAX_OPS, MIN_OPS, problems  # noqa: E402
 
 
-def rows(count: int, seed: int, split: str, min_ops: int = 2, max_ops: int = 3) -> list[dict]:
+def rows(count: int, seed: int, split: str, min_ops: int = MIN_OPS, max_ops: int = MAX_OPS) -> list[dict]:
     """`count` verl rows of the toy_math task (deterministic for `seed`)."""
     return [
         {
@@ -42,8 +42,8 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=512)
     parser.add_argument("--test", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="train problems; test problems use seed + 1")
-    parser.add_argument("--min-ops", type=int, default=2)
-    parser.add_argument("--max-ops", type=int, default=3)
+    parser.add_argument("--min-ops", type=int, default=MIN_OPS)
+    parser.add_argument("--max-ops", type=int, default=MAX_OPS, help="must match the warm start's (default both 4)")
     args = parser.parse_args()
     if not 1 <= args.min_ops <= args.max_ops <= 8:
         parser.error("need 1 <= --min-ops <= --max-ops <= 8")

@@ -12,7 +12,7 @@ randomly initialised `Qwen2ForCausalLM` of a few layers.
 
 `--warm-start toy_math`: a tokenizer that also learned the `toy_math` task's text and knows its step/final tags as
 single tokens, and a short supervised pre-training on the task's worked solutions (`verl_bot.cpu.toy_math`),
-so the model writes the format but makes mistakes (deterministic for the seed; about a minute on 2 cores).
+so the model writes the format but makes mistakes (deterministic for the seed, single-threaded: about 2 minutes).
 Without it the model and tokenizer are the `toy_lint` ones, unchanged.
 """
 

@@ -16,6 +16,7 @@ were flipped.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +35,8 @@ class LocalNoise:
     def __post_init__(self):
         if not 0.0 <= self.flip <= 1.0:
             raise ValueError(f"local noise: flip must be in [0, 1], got {self.flip}")
-        if not self.jitter >= 0.0:  # also refuses NaN
-            raise ValueError(f"local noise: jitter must be >= 0, got {self.jitter}")
+        if not 0.0 <= self.jitter < math.inf:  # also refuses NaN
+            raise ValueError(f"local noise: jitter must be finite and >= 0, got {self.jitter}")
 
     @property
     def active(self) -> bool:
