@@ -22,21 +22,31 @@ Refused:
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
-  (an unknown builtin, a `python:` function that does not import).
+  (an unknown builtin, a `python:` function that does not import);
+- ReCo (`adv_estimator=reco` or `policy_loss.loss_mode=reco`): an unknown
+  `+algorithm.reco_*` key or a bad value, and the `reco` loss with verl's
+  distillation (whose loss does not receive the knobs). The `reco` loss with one
+  mini-batch and one epoch per step is not refused but warned about: its token
+  weight is 1 on the first mini-batch of every step, so it changes nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from typing import Any
 
 from verl_bot.advantage import estimator_spec
+from verl_bot.advantage import reco as reco_weights
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.losses import loss_name
+from verl_bot.losses import reco as reco_loss
 from verl_bot.rewards.scorers import build_scorers, unscorable_sources
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 BROADCAST_KEY = "bot_broadcast_scalar"
+logger = logging.getLogger("verl_bot")
 
 
 def _files(spec: Any) -> list[str]:
@@ -93,18 +103,64 @@ def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> 
     )
 
 
+def _reco_problem(config: Any, estimator: str) -> str | None:
+    """What is wrong with a run's ReCo settings (None when fine or ReCo is off); warns when its loss is inert."""
+    actor = config.actor_rollout_ref.actor
+    loss_on = actor.policy_loss.get("loss_mode", "vanilla") == "reco"
+    if estimator != "reco" and not loss_on:
+        return None
+    algorithm = config.get("algorithm") or {}
+    knobs = {**reco_weights.KNOBS, **reco_loss.KNOBS}
+    unknown = sorted(str(k) for k in algorithm if str(k).startswith("reco_") and k not in knobs)
+    if unknown:
+        return f"unknown ReCo setting(s) algorithm.{', algorithm.'.join(unknown)}; known: {', '.join(sorted(knobs))}"
+    cap = algorithm.get("reco_rvar_cap")
+    try:
+        reco_weights.check_weight_knobs(
+            float(algorithm.get("reco_w_max", reco_weights.DEFAULT_W_MAX)), str(algorithm.get("reco_pi", "self"))
+        )
+        reco_loss.check_ratio_knobs(
+            float(actor.get("clip_ratio_c", 3.0) if cap is None else cap),
+            float(algorithm.get("reco_rvar_floor", reco_loss.DEFAULT_FLOOR)),
+        )
+    except (TypeError, ValueError) as exc:
+        return f"ReCo: {exc} (the +algorithm.reco_* settings)"
+    if not loss_on:
+        return None
+    if (config.get("distillation") or {}).get("enabled", False):
+        return (
+            "policy_loss.loss_mode=reco with distillation.enabled=true: verl's distillation loss does not pass "
+            "verl-bot's loss settings on; use the reco estimator with the vanilla loss, or switch distillation off"
+        )
+    one_pass = int(actor.get("ppo_epochs", 1)) == 1 and int(actor.ppo_mini_batch_size) >= int(
+        config.data.train_batch_size
+    )
+    if one_pass:
+        logger.warning(
+            "policy_loss.loss_mode=reco with one mini-batch (ppo_mini_batch_size=%s >= data.train_batch_size=%s) "
+            "and ppo_epochs=1: the variance ratio is 1 on the first mini-batch of a step, so the reco loss is "
+            "verl's vanilla loss here; lower ppo_mini_batch_size or raise ppo_epochs for it to act",
+            actor.ppo_mini_batch_size,
+            config.data.train_batch_size,
+        )
+    return None
+
+
 def check_config(config: Any) -> None:
     """Raise `VerlBotConfigError` (one line) for the first thing in `config` that cannot work with verl-bot."""
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
     spec = estimator_spec(estimator)
     bot_manager = bot_manager_in_use(config)
-    if spec is None and not bot_manager:
+    if spec is None and not bot_manager and loss_name(config) is None:
         return
     if not config.trainer.get("use_v1", True):
         raise VerlBotConfigError(
             "verl-bot needs verl's v1 trainer (trainer.use_v1=true, the default): the legacy trainer bypasses "
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
+    problem = _reco_problem(config, estimator)
+    if problem:
+        raise VerlBotConfigError(problem)
     settings = manager_settings(config) if bot_manager else None
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)

@@ -16,6 +16,7 @@ from typing import Any
 
 from verl_bot.advantage import pure
 from verl_bot.advantage.bot import compute_bot_advantage
+from verl_bot.advantage.reco import compute_reco_advantage
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class EstimatorSpec:
 ESTIMATORS: dict[str, EstimatorSpec] = {
     "bot": EstimatorSpec(compute_bot_advantage),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
+    "reco": EstimatorSpec(compute_reco_advantage, token_level=False),  # GRPO on scalar R, times ReCo's weights
 }
 
 

@@ -9,6 +9,8 @@ says in its docstring what it changes and why there:
     multi_trajectory    trainer_base.compute_advantage_for_multi_trajectories
                                                              failed rollouts out of their groups, advantage 0
     compute_metrics     PPOTrainer._compute_metrics          reward/<key>/mean, reward/flag/<name>/mean
+    update_actor        PPOTrainer._update_actor             a verl-bot loss's knobs into the update's extra_info
+    ppo_loss            engine_workers.ppo_loss (worker)     those knobs active while the loss runs
     replay_buffer       ReplayBuffer(Async)._terminal_eviction_reasons
                                                              a reward configuration error stops the run
     validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight)
@@ -16,7 +18,7 @@ says in its docstring what it changes and why there:
     cpu_backend         private rollout registry, process-group default, FSDP2 offload policy
                                                              (only with VERL_PLATFORM=cpu, from verl_bot.cpu)
 
-Estimators, losses, the reward manager and the streams never import this
+Estimators, policy losses, the reward manager and the streams never import this
 folder; `verl_bot.plugin.register()` installs it after checking verl's version.
 """
 
@@ -28,7 +30,9 @@ from verl_bot.hooks import (
     compute_metrics,
     driver,
     multi_trajectory,
+    ppo_loss,
     replay_buffer,
+    update_actor,
     validate_config,
 )
 
@@ -37,6 +41,8 @@ TRAINER_HOOKS = (
     compute_advantage,
     multi_trajectory,
     compute_metrics,
+    update_actor,
+    ppo_loss,
     replay_buffer,
     validate_config,
     driver,
