@@ -1,7 +1,7 @@
 """Sample efficiency: steps to reach a reward threshold, `bot` vs baselines, through verl's real trainer on CPU.
 
     .venv/bin/python benchmarks/sample_efficiency.py [--seeds 0 1 2] [--steps 60] [--threshold 0.9]
-        [--algos bot grpo pure] [--reuse]
+        [--algos bot grpo pure reco] [--val-n 8] [--ks 1 2 4 8] [--reuse]
 
 Every (algorithm, seed) is one `recipes/cpu_train.sh` run: the toy_lint task
 (global score G in [-1, 1] plus -1 on every span of forbidden characters),
@@ -9,29 +9,42 @@ a tiny Qwen2-style model initialised with the seed, verl 0.9.1's v1 trainer.
 `bot` trains on dense rewards r_t = G + w_s * S_t with the BoT-GRPO estimator;
 `grpo` on the same G only, as one scalar per response (no local penalties), as
 in the paper; `pure` (PURE, min-form credit) on the manager's reward streams
-(local S_t per blank-line step, solved = no forbidden character at EOS). All
-use the same seed (model init and data order) and settings.
+(local S_t per blank-line step, solved = no forbidden character at EOS);
+`reco` (ReCo) on G only, with its response weights and variance-ratio loss
+(4 PPO mini-batches per step). All use the same seed (model init and data
+order) and settings.
 
 Steps to threshold: the first step at which the mean G over the last
 `--window` steps reaches `--threshold`; a run that never does counts as
 `--steps` + 1 (censored, marked with '>'). Prints <baseline>_steps / bot_steps
 per seed for every baseline, their mean and spread, and writes the curves to
 `<out>/curves.png`.
+
+Coverage (ReCo's claim is pass@k at large k): every run validates once, after
+its last step, with `--val-n` samples (temperature 1) per held-out prompt, and
+verl dumps them (`trainer.validation_data_dir`). pass@k is the unbiased
+estimator (`verl_bot.eval.passk`) over those samples, a sample being correct
+when its verdict says `solved` (no forbidden character); printed per algorithm
+(mean over seeds) for each k of `--ks`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
+from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from verl_bot.eval.figures import plot_runs  # noqa: E402
+from verl_bot.eval.passk import pass_at_k_from_results  # noqa: E402
 from verl_bot.eval.records import read_metric  # noqa: E402
 
 
@@ -43,16 +56,40 @@ def steps_to_threshold(values: list[float], threshold: float, window: int) -> in
     return None
 
 
-def run(algo: str, seed: int, steps: int, out_dir: Path, reuse: bool) -> Path:
-    """One training run (skipped when `reuse` and its metrics already cover `steps`); returns its metrics file."""
+def validation_passk(dump: Path, ks: Sequence[int]) -> dict[str, float]:
+    """Unbiased pass@k of one verl validation dump (JSONL: `input`, `solved` per sample), samples grouped by prompt."""
+    by_prompt: dict[str, list[bool]] = defaultdict(list)
+    for line in dump.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            by_prompt[row["input"]].append(bool(row["solved"]))
+    return pass_at_k_from_results(list(by_prompt.values()), ks)
+
+
+def last_dump(out_dir: Path) -> Path | None:
+    """The validation dump of the run's last validated step (`<out>/validation/<step>.jsonl`), or None."""
+    dumps = sorted((out_dir / "validation").glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+    return dumps[-1] if dumps else None
+
+
+def run(algo: str, seed: int, steps: int, out_dir: Path, reuse: bool, val_n: int) -> Path:
+    """One training run, validated after its last step (skipped when `reuse` finds it done); returns its metrics."""
     metrics = out_dir / "metrics.jsonl"
-    if reuse and metrics.exists() and len(read_metric(metrics)[0]) >= steps:
+    if reuse and metrics.exists() and len(read_metric(metrics)[0]) >= steps and last_dump(out_dir):
         return metrics
     env = {**os.environ, "ALGO": algo, "SEED": str(seed), "STEPS": str(steps), "OUT_DIR": str(out_dir)}
+    validation = [
+        f"trainer.test_freq={steps}",
+        f"actor_rollout_ref.rollout.val_kwargs.n={val_n}",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        f"trainer.validation_data_dir={out_dir / 'validation'}",
+    ]
     log = out_dir.with_suffix(".log")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as fh:
-        proc = subprocess.run(["bash", str(ROOT / "recipes" / "cpu_train.sh")], env=env, stdout=fh, stderr=fh)
+        cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), *validation]
+        proc = subprocess.run(cmd, env=env, stdout=fh, stderr=fh)
     if proc.returncode != 0:
         raise SystemExit(f"{algo} seed {seed} failed (exit {proc.returncode}); see {log}")
     return metrics
@@ -67,18 +104,24 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "outputs" / "sample_efficiency"))
     parser.add_argument("--reuse", action="store_true", help="reuse finished runs found in --out")
     parser.add_argument("--algos", nargs="+", default=["bot", "grpo"], help="bot first, then the baselines")
+    parser.add_argument("--val-n", type=int, default=8, help="samples per held-out prompt after the last step")
+    parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8], help="pass@k for these k (<= --val-n)")
     args = parser.parse_args()
     if args.algos[0] != "bot" or len(args.algos) < 2:
-        parser.error("--algos: bot first, then at least one baseline (grpo, pure)")
+        parser.error("--algos: bot first, then at least one baseline (grpo, pure, reco)")
+    if max(args.ks) > args.val_n:
+        parser.error(f"--ks: every k must be <= --val-n ({args.val_n})")
     out = Path(args.out)
 
-    curves, reached = {}, {}
+    curves, reached, passk = {}, {}, {}
     for seed in args.seeds:
         for algo in args.algos:
             print(f"running {algo} seed {seed} ({args.steps} steps) ...", flush=True)
-            curve = read_metric(run(algo, seed, args.steps, out / f"{algo}_s{seed}", args.reuse))
+            run_dir = out / f"{algo}_s{seed}"
+            curve = read_metric(run(algo, seed, args.steps, run_dir, args.reuse, args.val_n))
             curves[f"{algo} s{seed}"] = curve
             reached[(algo, seed)] = steps_to_threshold(curve[1], args.threshold, args.window)
+            passk[(algo, seed)] = validation_passk(last_dump(run_dir), args.ks)
     title = f"toy_lint on CPU: {' vs '.join(args.algos)} (threshold {args.threshold})"
     plot_runs(curves, out / "curves.png", title)
 
@@ -99,6 +142,13 @@ def main() -> None:
             f"ratio {baseline}_steps/bot_steps: mean {statistics.fmean(ratios):.2f} ({spread}) "
             f"over {len(ratios)} seeds; per seed {', '.join(f'{r:.2f}' for r in ratios)}"
         )
+    print(f"\npass@k after {args.steps} steps ({args.val_n} samples per held-out prompt, mean over seeds)")
+    for algo in args.algos:
+        cells = "  ".join(
+            f"pass@{k} {statistics.fmean(passk[(algo, seed)][f'pass@{k}'] for seed in args.seeds):.3f}"
+            for k in args.ks
+        )
+        print(f"  {algo:>5}: {cells}")
     print(f"curves: {out / 'curves.png'}")
 
 

@@ -5,7 +5,7 @@
 # MODEL_OVERRIDES (model-specific Hydra overrides), sources this file, then calls `vb_main "$@"`.
 # Everything below is a ${VAR:-default} too: any of it can be set in the environment.
 #
-#   ALGO=bot|grpo|gspo|dapo|pure   the algorithm (recipes/README.md: what each one sets)
+#   ALGO=bot|grpo|gspo|dapo|pure|reco   the algorithm (recipes/README.md: what each one sets)
 #   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; skips the
 #                  checks that need a reward server, a judge or GPUs (model and data are still checked)
 #   DRY_RUN=args   print the command line (one argument a line) and exit, without starting Python
@@ -29,6 +29,10 @@ SERVER_START_TIMEOUT_S=${SERVER_START_TIMEOUT_S:-180}   # React warms Node worke
 JUDGE_API_KEY_ENV=${JUDGE_API_KEY_ENV:-OPENAI_API_KEY}   # NAME of the env var holding the judges' API key
 W_GLOBAL=${W_GLOBAL:-1.0}                                # w_g (paper: 1)
 REWARD_TIMEOUT_S=${REWARD_TIMEOUT_S:-300}                # per scorer call (judges make React slow)
+RECO_MINI_BATCHES=${RECO_MINI_BATCHES:-4}   # ALGO=reco: PPO updates per step (as verl's defaults 1024/256)
+if [[ "${ALGO}" == reco ]]; then   # ReCo's token ratio is 1 on a step's first update: it needs several
+    PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-$((TRAIN_BATCH_SIZE / RECO_MINI_BATCHES))}
+fi
 PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-${TRAIN_BATCH_SIZE}}   # our choice: one update per step (on-policy)
 KL_LOSS_COEF=${KL_LOSS_COEF:-0}          # our choice: no KL term (not stated in the paper); >0 turns the KL loss on
 TEMPERATURE=${TEMPERATURE:-1.0}          # rollout sampling temperature (verl default)
@@ -57,6 +61,8 @@ OVERLONG_PENALTY_FACTOR=${OVERLONG_PENALTY_FACTOR:-1.0}
 DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-score}   # reward_extra_info key: the global score G of the bot manager
 PURE_TEMPERATURE=${PURE_TEMPERATURE:-0.1}          # PURE paper: softmax temperature of the min-form transform
 PURE_OUTCOME_COEF=${PURE_OUTCOME_COEF:-1.0}        # weight of the verifiable reward at EOS (our choice: 1)
+RECO_W_MAX=${RECO_W_MAX:-5.0}                      # ReCo: clip of the response weights (a reimplementation's 5)
+RECO_PI=${RECO_PI:-self}                           # ReCo: sequence probability normalized within the group (ours)
 
 case "${TASK}" in
     react)
@@ -178,8 +184,21 @@ vb_algo_overrides() {
                 "+algorithm.pure_step_scale=${PURE_STEP_SCALE}"
             )
             ;;
+        reco)
+            # ReCo: GRPO's advantage on G times response weights 1/(K pi_hat) (verl-bot's `reco` estimator)
+            # and the Bernoulli-variance ratio as a token coefficient on verl's PPO loss (`reco` loss); the
+            # same loss aggregation as grpo (our choice). RECO_MINI_BATCHES updates per step.
+            ALGO_OVERRIDES=(
+                algorithm.adv_estimator=reco
+                actor_rollout_ref.actor.policy_loss.loss_mode=reco
+                actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+                +reward.reward_kwargs.bot.token_level=false
+                "+algorithm.reco_w_max=${RECO_W_MAX}"
+                "+algorithm.reco_pi=${RECO_PI}"
+            )
+            ;;
         *)
-            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure; got '${ALGO}'"
+            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, reco; got '${ALGO}'"
             ;;
     esac
 }

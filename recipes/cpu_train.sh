@@ -8,6 +8,8 @@
 #   bot : algorithm.adv_estimator=bot, dense rewards r_t = G + S_t (bot reward manager)
 #   grpo: verl's grpo on the same global score G only (scalar on the last token), as in the paper
 #   pure: verl-bot's PURE on the bot manager's reward streams (local S_t per step, solved at EOS)
+#   reco: ReCo on G only: verl's grpo advantage x response weights (reco estimator) and the variance-ratio
+#         loss (reco policy loss), with 4 PPO mini-batches per step so that the token part acts
 #
 # The CPU-only overrides live in verl_bot/cpu/overrides.txt (read by recipes/cpu_overrides.sh).
 set -xeuo pipefail
@@ -26,6 +28,8 @@ RESPONSE_LENGTH=${RESPONSE_LENGTH:-24}
 LR=${LR:-2e-3}                     # our choice for a 100k-parameter model (the paper's 5e-7 is for 3B)
 W_LOCAL=${W_LOCAL:-0.5}            # w_s; G is in [-1, 1], S in {-1, 0}
 TIMEOUT_S=${TIMEOUT_S:-900}
+MINI_BATCHES=${MINI_BATCHES:-$([[ "${ALGO}" == reco ]] && echo 4 || echo 1)}   # PPO updates per step
+MINI_BATCH=$((TRAIN_BATCH / MINI_BATCHES))   # prompts per update; one micro-batch per update
 
 # shellcheck source=recipes/cpu_overrides.sh
 source "${ROOT}/recipes/cpu_overrides.sh"
@@ -54,8 +58,16 @@ case "${ALGO}" in
             actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
         )
         ;;
+    reco)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=reco
+            actor_rollout_ref.actor.policy_loss.loss_mode=reco
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+            +reward.reward_kwargs.bot.token_level=false
+        )
+        ;;
     *)
-        echo "cpu_train.sh: ALGO must be bot, grpo or pure, got '${ALGO}'" >&2
+        echo "cpu_train.sh: ALGO must be bot, grpo, pure or reco, got '${ALGO}'" >&2
         exit 2
         ;;
 esac
@@ -76,8 +88,8 @@ RUN_OVERRIDES=(
     "data.seed=${SEED}"
     "actor_rollout_ref.model.path=${MODEL_DIR}"
     "actor_rollout_ref.rollout.n=${ROLLOUT_N}"
-    "actor_rollout_ref.actor.ppo_mini_batch_size=${TRAIN_BATCH}"
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32
+    "actor_rollout_ref.actor.ppo_mini_batch_size=${MINI_BATCH}"
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$((MINI_BATCH * ROLLOUT_N))"
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
     actor_rollout_ref.actor.use_kl_loss=False

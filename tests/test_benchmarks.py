@@ -1,5 +1,6 @@
 """The benchmarks stay runnable (tiny sizes; the figures themselves come from full runs, not from tests)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +31,20 @@ def test_steps_to_threshold_uses_the_trailing_mean():
     assert steps_to_threshold([0.1, 0.95, 0.2, 0.9, 0.95, 0.96], threshold=0.9, window=3) == 6
     assert steps_to_threshold([0.95, 0.95], threshold=0.9, window=1) == 1
     assert steps_to_threshold([0.5] * 10, threshold=0.9, window=3) is None
+
+
+def test_validation_passk_groups_a_dump_by_prompt(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from sample_efficiency import last_dump, validation_passk
+
+    assert last_dump(tmp_path) is None
+    rows = [("p1", True), ("p1", False), ("p1", False), ("p1", False), ("p2", False)] + [("p2", False)] * 3
+    dumps = tmp_path / "validation"
+    dumps.mkdir()
+    (dumps / "3.jsonl").write_text("")
+    lines = [json.dumps({"input": prompt, "solved": solved, "score": 0.0}) for prompt, solved in rows]
+    (dumps / "12.jsonl").write_text("\n".join(lines) + "\n")
+    assert last_dump(tmp_path).name == "12.jsonl"  # the last step, not the last name
+    table = validation_passk(last_dump(tmp_path), ks=[1, 2, 4])
+    # p1: 1 of 4 solved -> pass@1 1/4, pass@2 1 - C(3,2)/C(4,2) = 1/2, pass@4 1; p2: none solved -> 0
+    assert table == {"pass@1": 0.125, "pass@2": 0.25, "pass@4": 0.5}

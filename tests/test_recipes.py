@@ -30,7 +30,7 @@ from tests.conftest import compose_verl_config
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["react_qwen", "react_smollm", "react_phi", "aime_qwen", "aime_smollm", "aime_phi"]
-ALGOS = ["bot", "grpo", "gspo", "dapo", "pure"]
+ALGOS = ["bot", "grpo", "gspo", "dapo", "pure", "reco"]
 MODELS = {
     "qwen": "Qwen/Qwen2.5-3B-Instruct",
     "smollm": "HuggingFaceTB/SmolLM3-3B",
@@ -154,6 +154,7 @@ EXPECTED = {
     "gspo": ("grpo", "seq-mean-token-mean", "gspo", 3e-4, 4e-4, False),
     "dapo": ("grpo", "token-mean", "vanilla", 0.2, 0.28, False),
     "pure": ("pure", "seq-mean-token-mean", "vanilla", 0.2, 0.2, True),
+    "reco": ("reco", "seq-mean-token-mean", "reco", 0.2, 0.2, False),
 }
 
 
@@ -200,6 +201,10 @@ def test_every_algo_composes_and_validates(name, data, slow):
             assert cfg.algorithm.use_kl_in_reward is False
             assert cfg.algorithm.pure_temperature == 0.1 and cfg.algorithm.pure_outcome_coef == 1.0
             assert cfg.algorithm.pure_step_scale == (1.0 if task == "react" else 10.0)
+        # one on-policy update per step, but ReCo's token ratio needs several (4)
+        assert actor.ppo_mini_batch_size == cfg.data.train_batch_size // (4 if algo == "reco" else 1)
+        if algo == "reco":
+            assert cfg.algorithm.reco_w_max == 5.0 and cfg.algorithm.reco_pi == "self"
         if model_tag == "smollm":
             assert cfg.data.apply_chat_template_kwargs.enable_thinking is False
         assert cfg.trainer.experiment_name == f"{name}_{algo}_s0"
@@ -208,7 +213,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
         assert not need_critic(cfg)
         # verl's own algorithm keys make a valid AlgoConfig (verl-bot's `+algorithm.pure_*` knobs are extra keys,
         # which verl's trainer passes through: it never converts `algorithm` to the dataclass)
-        verl_keys = {k: v for k, v in cfg.algorithm.items() if not str(k).startswith(("pure_", "bot_"))}
+        verl_keys = {k: v for k, v in cfg.algorithm.items() if not str(k).startswith(("pure_", "bot_", "reco_"))}
         omega_conf_to_dataclass(OmegaConf.create(verl_keys), dataclass_type=AlgoConfig)
         get_adv_estimator_fn(cfg.algorithm.adv_estimator)
         get_policy_loss_fn(actor.policy_loss.loss_mode)
@@ -249,7 +254,7 @@ def test_env_settings_reach_the_config(data, slow):
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure; got 'ppo'"),
+        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure, reco; got 'ppo'"),
         ({"MODEL_PATH": "/nonexistent/model"}, "recipe: MODEL_PATH=/nonexistent/model: no such model directory"),
         ({"MODEL_PATH": "not a model"}, "recipe: MODEL_PATH=not a model is neither a local model directory nor"),
         ({"TRAIN_FILES": "/nonexistent/train.parquet"}, "recipe: TRAIN_FILES: /nonexistent/train.parquet does not"),
