@@ -28,7 +28,7 @@ from verl_bot.advantage.reco import compute_reco_advantage, reco_weights
 from verl_bot.context import BatchContext, loss_settings, use_context, use_loss_settings
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.ppo_loss import _make_ppo_loss
-from verl_bot.hooks.update_actor import EXTRA_INFO_KEY
+from verl_bot.hooks.update_actor import EXTRA_INFO_KEY, _make_update_actor
 from verl_bot.losses import loss_knobs, loss_name
 from verl_bot.losses.reco import compute_policy_loss_reco, pairing_metrics, variance_ratio
 from verl_bot.preflight import check_config
@@ -365,6 +365,39 @@ def test_the_worker_hook_makes_the_shipped_knobs_active_for_the_loss():
     assert wrapped(config=None, model_output={}, data=micro, dp_group=None) == ("loss", {})
     assert seen == [None, {"reco_rvar_cap": 2.0}]
     assert loss_settings() is None
+
+
+def test_the_trainer_hook_ships_the_knobs_and_names_the_metrics():
+    class Batch:
+        def __init__(self):
+            self.extra_info = {"temperature": 1.0}
+
+    class Trainer:
+        config = None
+
+    def verl_update_actor(self, batch, metrics):
+        shipped.append(dict(batch.extra_info))
+        metrics.update({"actor/reco/rvar_mean": 1.25, "actor/pg_loss": 0.5})
+        return batch
+
+    wrapped, shipped, trainer = _make_update_actor(verl_update_actor), [], Trainer()
+    trainer.config = run_config(reco_rvar_cap=2.0, reco_w_max=3.0)
+    metrics = {}
+    wrapped(trainer, Batch(), metrics)
+    assert shipped == [{"temperature": 1.0, EXTRA_INFO_KEY: {"reco_rvar_cap": 2.0, "reco_w_max": 3.0}}]
+    assert metrics == {
+        "reco/rvar_mean": 1.25,
+        "actor/pg_loss": 0.5,
+        "reco/weights_on": 0.0,  # the loss alone, with verl's grpo
+        "reco/token_ratio_on": 1.0,
+    }
+    trainer.config.actor_rollout_ref.actor.policy_loss.loss_mode = "vanilla"
+    trainer.config.algorithm.adv_estimator = "reco"
+    metrics, shipped = {}, []
+    wrapped(trainer, Batch(), metrics)
+    assert EXTRA_INFO_KEY not in shipped[0]
+    assert metrics["reco/weights_on"] == 1.0 and metrics["reco/token_ratio_on"] == 0.0
+    assert metrics["actor/reco/rvar_mean"] == 1.25  # not ours to move: the loss is verl's
 
 
 def run_config(**algorithm) -> OmegaConf:

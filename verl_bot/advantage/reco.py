@@ -151,6 +151,7 @@ def compute_reco_advantage(
             "adv_estimator=reco needs the batch's old log-probs (old_log_probs), which verl-bot's trainer hooks "
             "put in the batch context; outside verl's v1 trainer call `reco_weights` directly"
         )
+    weights, stats = reco_weights(old_log_probs, response_mask, index, w_max=w_max, pi=pi)
     advantages, _ = compute_grpo_outcome_advantage(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
@@ -158,7 +159,6 @@ def compute_reco_advantage(
         norm_adv_by_std_in_grpo=bool(get("norm_adv_by_std_in_grpo", True)),
         config=config,
     )
-    weights, stats = reco_weights(old_log_probs, response_mask, index, w_max=w_max, pi=pi)
     advantages = advantages * weights.to(advantages.dtype)[:, None]
     valid = (response_mask != 0).any(dim=1)
     shown = weights[valid] if valid.any() else weights.new_ones(1)
