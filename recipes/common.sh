@@ -58,7 +58,7 @@ DAPO_CLIP_HIGH=${DAPO_CLIP_HIGH:-0.28}   # DAPO paper
 # DAPO overlong shaping: cache zone L_c. DAPO used 4096 of 20480 (1/5); ours: a quarter of the length.
 OVERLONG_BUFFER_LEN=${OVERLONG_BUFFER_LEN:-$((MAX_RESPONSE_LENGTH / 4))}
 OVERLONG_PENALTY_FACTOR=${OVERLONG_PENALTY_FACTOR:-1.0}
-DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-score}   # reward_extra_info key: the global score G of the bot manager
+DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-acc}     # reward_extra_info key: the outcome (solved/compiled), as DAPO filters
 PURE_TEMPERATURE=${PURE_TEMPERATURE:-0.1}          # PURE paper: softmax temperature of the min-form transform
 PURE_OUTCOME_COEF=${PURE_OUTCOME_COEF:-1.0}        # weight of the verifiable reward at EOS (our choice: 1)
 RECO_W_MAX=${RECO_W_MAX:-5.0}                      # ReCo: clip of the response weights (a reimplementation's 5)

@@ -191,7 +191,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
         assert bot["w_local"] == (0.5 if task == "react" else 1.0)
         assert cfg.algorithm.filter_groups.enable is (algo == "dapo")
         if algo == "dapo":
-            assert cfg.algorithm.filter_groups.metric == "score"
+            assert cfg.algorithm.filter_groups.metric == "acc"  # the outcome, as DAPO filters (not G)
             assert actor.use_kl_loss is False
             overlong = cfg.reward.reward_kwargs.overlong_buffer_cfg
             assert overlong.enable is True and overlong.penalty_factor == 1.0
