@@ -84,7 +84,7 @@ _loss_settings: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.C
 
 @contextlib.contextmanager
 def use_loss_settings(settings: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
-    """Make `settings` (knob name -> value, plus `adv_estimator`) what `loss_settings()` returns inside the block."""
+    """Make `settings` (knob name -> value) what `loss_settings()` returns inside the block."""
     token = _loss_settings.set(settings)
     try:
         yield settings

@@ -105,8 +105,8 @@ def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> 
 
 def _reco_problem(config: Any, estimator: str) -> str | None:
     """What is wrong with a run's ReCo settings (None when fine or ReCo is off); warns when its loss is inert."""
-    actor = config.actor_rollout_ref.actor
-    loss_on = actor.policy_loss.get("loss_mode", "vanilla") == "reco"
+    actor = (config.get("actor_rollout_ref") or {}).get("actor") or {}
+    loss_on = loss_name(config) == "reco"
     if estimator != "reco" and not loss_on:
         return None
     algorithm = config.get("algorithm") or {}
@@ -132,16 +132,14 @@ def _reco_problem(config: Any, estimator: str) -> str | None:
             "policy_loss.loss_mode=reco with distillation.enabled=true: verl's distillation loss does not pass "
             "verl-bot's loss settings on; use the reco estimator with the vanilla loss, or switch distillation off"
         )
-    one_pass = int(actor.get("ppo_epochs", 1)) == 1 and int(actor.ppo_mini_batch_size) >= int(
-        config.data.train_batch_size
-    )
-    if one_pass:
+    mini, batch = actor.get("ppo_mini_batch_size"), (config.get("data") or {}).get("train_batch_size")
+    if int(actor.get("ppo_epochs", 1)) == 1 and mini is not None and batch is not None and int(mini) >= int(batch):
         logger.warning(
             "policy_loss.loss_mode=reco with one mini-batch (ppo_mini_batch_size=%s >= data.train_batch_size=%s) "
             "and ppo_epochs=1: the variance ratio is 1 on the first mini-batch of a step, so the reco loss is "
             "verl's vanilla loss here; lower ppo_mini_batch_size or raise ppo_epochs for it to act",
-            actor.ppo_mini_batch_size,
-            config.data.train_batch_size,
+            mini,
+            batch,
         )
     return None
 
