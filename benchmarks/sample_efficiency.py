@@ -1,7 +1,7 @@
 """Sample efficiency: steps to reach a reward threshold, `bot` vs baselines, through verl's real trainer on CPU.
 
     .venv/bin/python benchmarks/sample_efficiency.py [--seeds 0 1 2] [--steps 60] [--threshold 0.9]
-        [--algos bot grpo pure reco] [--val-n 8] [--ks 1 2 4 8] [--reuse]
+        [--algos bot grpo pure reco] [--val-n 8] [--val-every 10] [--ks 1 2 4 8] [--reuse]
 
 Every (algorithm, seed) is one `recipes/cpu_train.sh` run: the toy_lint task
 (global score G in [-1, 1] plus -1 on every span of forbidden characters),
@@ -20,11 +20,12 @@ Steps to threshold: the first step at which the mean G over the last
 per seed for every baseline, their mean and spread, and writes the curves to
 `<out>/curves.png`.
 
-Coverage (ReCo's claim is pass@k at large k): every run validates once, after
-its last step, with `--val-n` samples (temperature 1) per held-out prompt, and
-verl dumps them (`trainer.validation_data_dir`). pass@k is the unbiased
-estimator (`verl_bot.eval.passk`) over those samples, a sample being correct
-when its verdict says `solved` (no forbidden character); printed per algorithm
+Coverage (ReCo's claim is pass@k at large k): every run validates every
+`--val-every` steps (and after its last) with `--val-n` samples (temperature
+1) per held-out prompt, and verl dumps them (`trainer.validation_data_dir`).
+pass@k is the unbiased estimator (`verl_bot.eval.passk`) over those samples
+(grouped by prompt: verl's uid), a sample being correct when its verdict says
+`solved` (no forbidden character); printed per algorithm and validated step
 (mean over seeds) for each k of `--ks`.
 """
 
@@ -57,29 +58,35 @@ def steps_to_threshold(values: list[float], threshold: float, window: int) -> in
 
 
 def validation_passk(dump: Path, ks: Sequence[int]) -> dict[str, float]:
-    """Unbiased pass@k of one verl validation dump (JSONL: `input`, `solved` per sample), samples grouped by prompt."""
+    """Unbiased pass@k of one verl validation dump (JSONL, one sample a line: `uid`, `input`, `solved`).
+
+    Samples are grouped by prompt: verl's `uid` (`<prompt uid>_<sample>_<turn>`; prompt texts may repeat), or the
+    prompt text when a dump has no uid.
+    """
     by_prompt: dict[str, list[bool]] = defaultdict(list)
     for line in dump.read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            by_prompt[row["input"]].append(bool(row["solved"]))
+            key = str(row["uid"]).rsplit("_", 2)[0] if "uid" in row else row["input"]
+            by_prompt[key].append(bool(row["solved"]))
     return pass_at_k_from_results(list(by_prompt.values()), ks)
 
 
-def last_dump(out_dir: Path) -> Path | None:
-    """The validation dump of the run's last validated step (`<out>/validation/<step>.jsonl`), or None."""
-    dumps = sorted((out_dir / "validation").glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
-    return dumps[-1] if dumps else None
+def validation_dumps(out_dir: Path) -> dict[int, Path]:
+    """The run's validation dumps by step (`<out>/validation/<step>.jsonl`), in step order."""
+    dumps = {int(p.stem): p for p in (out_dir / "validation").glob("*.jsonl") if p.stem.isdigit()}
+    return dict(sorted(dumps.items()))
 
 
-def run(algo: str, seed: int, steps: int, out_dir: Path, reuse: bool, val_n: int) -> Path:
-    """One training run, validated after its last step (skipped when `reuse` finds it done); returns its metrics."""
+def run(algo: str, seed: int, steps: int, out_dir: Path, reuse: bool, val_n: int, val_every: int) -> Path:
+    """One training run, validated every `val_every` steps (skipped when `reuse` finds it done); returns its metrics."""
     metrics = out_dir / "metrics.jsonl"
-    if reuse and metrics.exists() and len(read_metric(metrics)[0]) >= steps and last_dump(out_dir):
+    done = metrics.exists() and len(read_metric(metrics)[0]) >= steps and steps in validation_dumps(out_dir)
+    if reuse and done:
         return metrics
     env = {**os.environ, "ALGO": algo, "SEED": str(seed), "STEPS": str(steps), "OUT_DIR": str(out_dir)}
     validation = [
-        f"trainer.test_freq={steps}",
+        f"trainer.test_freq={val_every}",
         f"actor_rollout_ref.rollout.val_kwargs.n={val_n}",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
@@ -104,7 +111,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "outputs" / "sample_efficiency"))
     parser.add_argument("--reuse", action="store_true", help="reuse finished runs found in --out")
     parser.add_argument("--algos", nargs="+", default=["bot", "grpo"], help="bot first, then the baselines")
-    parser.add_argument("--val-n", type=int, default=8, help="samples per held-out prompt after the last step")
+    parser.add_argument("--val-n", type=int, default=8, help="samples per held-out prompt at each validation")
+    parser.add_argument("--val-every", type=int, default=10, help="validate every this many steps (and the last)")
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8], help="pass@k for these k (<= --val-n)")
     args = parser.parse_args()
     if args.algos[0] != "bot" or len(args.algos) < 2:
@@ -118,10 +126,11 @@ def main() -> None:
         for algo in args.algos:
             print(f"running {algo} seed {seed} ({args.steps} steps) ...", flush=True)
             run_dir = out / f"{algo}_s{seed}"
-            curve = read_metric(run(algo, seed, args.steps, run_dir, args.reuse, args.val_n))
+            curve = read_metric(run(algo, seed, args.steps, run_dir, args.reuse, args.val_n, args.val_every))
             curves[f"{algo} s{seed}"] = curve
             reached[(algo, seed)] = steps_to_threshold(curve[1], args.threshold, args.window)
-            passk[(algo, seed)] = validation_passk(last_dump(run_dir), args.ks)
+            for step, dump in validation_dumps(run_dir).items():
+                passk[(algo, seed, step)] = validation_passk(dump, args.ks)
     title = f"toy_lint on CPU: {' vs '.join(args.algos)} (threshold {args.threshold})"
     plot_runs(curves, out / "curves.png", title)
 
@@ -142,13 +151,12 @@ def main() -> None:
             f"ratio {baseline}_steps/bot_steps: mean {statistics.fmean(ratios):.2f} ({spread}) "
             f"over {len(ratios)} seeds; per seed {', '.join(f'{r:.2f}' for r in ratios)}"
         )
-    print(f"\npass@k after {args.steps} steps ({args.val_n} samples per held-out prompt, mean over seeds)")
+    print(f"\npass@k ({args.val_n} samples per held-out prompt, temperature 1; mean over seeds)")
     for algo in args.algos:
-        cells = "  ".join(
-            f"pass@{k} {statistics.fmean(passk[(algo, seed)][f'pass@{k}'] for seed in args.seeds):.3f}"
-            for k in args.ks
-        )
-        print(f"  {algo:>5}: {cells}")
+        for step in sorted({key[2] for key in passk if key[0] == algo}):
+            tables = [passk[(algo, seed, step)] for seed in args.seeds if (algo, seed, step) in passk]
+            cells = "  ".join(f"pass@{k} {statistics.fmean(t[f'pass@{k}'] for t in tables):.3f}" for k in args.ks)
+            print(f"  {algo:>5} step {step:>3}: {cells}")
     print(f"curves: {out / 'curves.png'}")
 
 

@@ -35,16 +35,20 @@ def test_steps_to_threshold_uses_the_trailing_mean():
 
 def test_validation_passk_groups_a_dump_by_prompt(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from sample_efficiency import last_dump, validation_passk
+    from sample_efficiency import validation_dumps, validation_passk
 
-    assert last_dump(tmp_path) is None
-    rows = [("p1", True), ("p1", False), ("p1", False), ("p1", False), ("p2", False)] + [("p2", False)] * 3
+    assert validation_dumps(tmp_path) == {}
+    # two prompts with the same text (verl's uid tells them apart), 4 samples each
+    rows = [("u1", True), ("u1", False), ("u1", False), ("u1", False)] + [("u2", False)] * 4
     dumps = tmp_path / "validation"
     dumps.mkdir()
     (dumps / "3.jsonl").write_text("")
-    lines = [json.dumps({"input": prompt, "solved": solved, "score": 0.0}) for prompt, solved in rows]
+    lines = [
+        json.dumps({"input": "same text", "uid": f"{uid}_{i}_0", "solved": solved, "score": 0.0})
+        for i, (uid, solved) in enumerate(rows)
+    ]
     (dumps / "12.jsonl").write_text("\n".join(lines) + "\n")
-    assert last_dump(tmp_path).name == "12.jsonl"  # the last step, not the last name
-    table = validation_passk(last_dump(tmp_path), ks=[1, 2, 4])
-    # p1: 1 of 4 solved -> pass@1 1/4, pass@2 1 - C(3,2)/C(4,2) = 1/2, pass@4 1; p2: none solved -> 0
+    assert list(validation_dumps(tmp_path)) == [3, 12]  # step order, not name order
+    table = validation_passk(validation_dumps(tmp_path)[12], ks=[1, 2, 4])
+    # u1: 1 of 4 solved -> pass@1 1/4, pass@2 1 - C(3,2)/C(4,2) = 1/2, pass@4 1; u2: none solved -> 0
     assert table == {"pass@1": 0.125, "pass@2": 0.25, "pass@4": 0.5}
