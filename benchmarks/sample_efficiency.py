@@ -1,7 +1,7 @@
 """Sample efficiency: steps to reach a reward threshold, `bot` vs baselines, through verl's real trainer on CPU.
 
     .venv/bin/python benchmarks/sample_efficiency.py [--seeds 0 1 2] [--steps 60] [--threshold 0.9]
-        [--algos bot grpo pure reco] [--val-n 8] [--val-every 10] [--ks 1 2 4 8] [--reuse]
+        [--algos bot grpo pure pass reco] [--val-n 8] [--val-every 10] [--ks 1 2 4 8] [--reuse]
 
 Every (algorithm, seed) is one `recipes/cpu_train.sh` run: the toy_lint task
 (global score G in [-1, 1] plus -1 on every span of forbidden characters),
@@ -10,9 +10,10 @@ a tiny Qwen2-style model initialised with the seed, verl 0.9.1's v1 trainer.
 `grpo` on the same G only, as one scalar per response (no local penalties), as
 in the paper; `pure` (PURE, min-form credit) on the manager's reward streams
 (local S_t per blank-line step, solved = no forbidden character at EOS);
-`reco` (ReCo) on G only, with its response weights and variance-ratio loss
-(4 PPO mini-batches per step). All use the same seed (model init and data
-order) and settings.
+`pass` (PASS) on the streams local S_t (process), solved (outcome) and format
+(0 on this task); `reco` (ReCo) on G only, with its response weights and
+variance-ratio loss (4 PPO mini-batches per step). All use the same seed
+(model init and data order) and settings.
 
 Steps to threshold: the first step at which the mean G over the last
 `--window` steps reaches `--threshold`; a run that never does counts as
@@ -116,7 +117,7 @@ def main() -> None:
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8], help="pass@k for these k (<= --val-n)")
     args = parser.parse_args()
     if args.algos[0] != "bot" or len(args.algos) < 2:
-        parser.error("--algos: bot first, then at least one baseline (grpo, pure, reco)")
+        parser.error("--algos: bot first, then at least one baseline (grpo, pure, pass, reco)")
     if max(args.ks) > args.val_n:
         parser.error(f"--ks: every k must be <= --val-n ({args.val_n})")
     out = Path(args.out)

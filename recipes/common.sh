@@ -5,14 +5,16 @@
 # MODEL_OVERRIDES (model-specific Hydra overrides), sources this file, then calls `vb_main "$@"`.
 # Everything below is a ${VAR:-default} too: any of it can be set in the environment.
 #
-#   ALGO=bot|grpo|gspo|dapo|pure|reco   the algorithm (recipes/README.md: what each one sets)
-#   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; skips the
-#                  checks that need a reward server, a judge or GPUs (model and data are still checked)
+#   ALGO=bot|grpo|gspo|dapo|pure|pass|reco   the algorithm (recipes/README.md: what each one sets)
+#   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; needs no data,
+#                  reward server, judge or GPU: a missing data file or model directory is one "recipe:"
+#                  line on stderr (a real launch stops there), the server/judge/GPU checks are skipped
 #   DRY_RUN=args   print the command line (one argument a line) and exit, without starting Python
 #                  (tests compose these in one process); same checks as DRY_RUN=1
 #   START_SERVER=1 no REWARD_URL given: start the task's reward server here (stopped on exit)
 #
-# Every pre-launch check that fails prints ONE line starting with "recipe:" and exits 2.
+# Every pre-launch check that fails prints ONE line starting with "recipe:" and exits 2 (DRY_RUN: missing
+# inputs only say so, see vb_missing).
 
 : "${ROOT:?set ROOT (the repository root) before sourcing recipes/common.sh}"
 : "${TASK:?set TASK (react|aime) before sourcing recipes/common.sh}"
@@ -61,8 +63,20 @@ OVERLONG_PENALTY_FACTOR=${OVERLONG_PENALTY_FACTOR:-1.0}
 DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-acc}     # reward_extra_info key: the outcome (solved/compiled), as DAPO filters
 PURE_TEMPERATURE=${PURE_TEMPERATURE:-0.1}          # PURE paper: softmax temperature of the min-form transform
 PURE_OUTCOME_COEF=${PURE_OUTCOME_COEF:-1.0}        # weight of the verifiable reward at EOS (our choice: 1)
+# PASS knobs (arXiv 2606.29296 gives none; these are our reconstruction's defaults, README "Knobs")
+PASS_FORMAT_COEF=${PASS_FORMAT_COEF:-1.0}          # lambda_f, weight of the standardized format stream
+PASS_PROCESS_COEF=${PASS_PROCESS_COEF:-1.0}        # lambda_p, weight of the standardized process density
+PASS_DEAD_ZONE=${PASS_DEAD_ZONE:-0.0}              # delta: |S_t| < delta counts as 0 when chunks are formed
+PASS_MIN_CHUNK=${PASS_MIN_CHUNK:-1}                # m_min: shorter sign runs join the chunk before them
+PASS_DENSITY=${PASS_DENSITY:-suffix}               # suffix | sequence | chunk (Divide-Length)
+PASS_OP=${PASS_OP:-grpo}                           # grpo (mean/std) | drgrpo (mean only)
 RECO_W_MAX=${RECO_W_MAX:-5.0}                      # ReCo: clip of the response weights (a reimplementation's 5)
 RECO_PI=${RECO_PI:-self}                           # ReCo: sequence probability normalized within the group (ours)
+# Token-credit report (verl_bot/token_records.py): steps whose exact tokens, rewards and advantages are recorded
+# in ${OUT_DIR}/token_records (e.g. "1,-1": the first and the last; empty: none), and how many prompts per step.
+# Then: python -m verl_bot.eval.training_report --run bot=OUT_DIR_BOT --run grpo=OUT_DIR_GRPO --out DIR
+REPORT_STEPS=${REPORT_STEPS:-}
+REPORT_GROUPS=${REPORT_GROUPS:-4}
 
 case "${TASK}" in
     react)
@@ -94,10 +108,10 @@ case "${TASK}" in
         # PURE's step value = clip(scale * mean S_t of the step, -1, 1); AIME's S_t is 0.5*e_s/|S|, so 10
         # maps a verdict e_s = +-1 of a 5-step solution to +-1 (our choice).
         PURE_STEP_SCALE=${PURE_STEP_SCALE:-10.0}
-        DATA_HINT="Make them from an AIME 1983-2024 file: ${PY} ${ROOT}/recipes/data/aime.py --input aime.jsonl --out-dir DIR"
+        DATA_HINT="Make them (AIME 1983-2024 from the Hugging Face hub): ${PY} ${ROOT}/recipes/data/aime.py --out-dir ${DATA_DIR}"
         # The step judge gives AIME's local signal: needed by the token-level algorithms only.
         case "${ALGO}" in
-            bot | pure) REQUIRE_JUDGE=${REQUIRE_JUDGE:-1} ;;
+            bot | pure | pass) REQUIRE_JUDGE=${REQUIRE_JUDGE:-1} ;;
             *) REQUIRE_JUDGE=${REQUIRE_JUDGE:-0} ;;
         esac
         ;;
@@ -111,6 +125,16 @@ vb_die() {
     { set +x; } 2>/dev/null
     echo "recipe: $*" >&2
     exit 2
+}
+
+# A missing input (data file, model directory): the launch stops here; a dry run says so and goes on.
+vb_missing() {
+    [[ "${DRY_RUN}" == 0 ]] && vb_die "$@"
+    local xtrace=0
+    [[ $- == *x* ]] && xtrace=1
+    { set +x; } 2>/dev/null
+    echo "recipe: $* (DRY_RUN goes on; a launch stops here)" >&2
+    [[ ${xtrace} == 0 ]] || set -x
 }
 
 # --- algorithms --------------------------------------------------------------------------------------
@@ -184,6 +208,22 @@ vb_algo_overrides() {
                 "+algorithm.pure_step_scale=${PURE_STEP_SCALE}"
             )
             ;;
+        pass)
+            # PASS (verl-bot's reconstruction from the abstract): the bot manager's process (local S_t), outcome
+            # (solved) and format streams, each standardized in its group, fused into per-token advantages.
+            ALGO_OVERRIDES=(
+                algorithm.adv_estimator=pass
+                actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+                algorithm.use_kl_in_reward=False
+                +reward.reward_kwargs.bot.token_level=true
+                "+algorithm.pass_format_coef=${PASS_FORMAT_COEF}"
+                "+algorithm.pass_process_coef=${PASS_PROCESS_COEF}"
+                "+algorithm.pass_dead_zone=${PASS_DEAD_ZONE}"
+                "+algorithm.pass_min_chunk=${PASS_MIN_CHUNK}"
+                "+algorithm.pass_density=${PASS_DENSITY}"
+                "+algorithm.pass_op=${PASS_OP}"
+            )
+            ;;
         reco)
             # ReCo: GRPO's advantage on G times response weights 1/(K pi_hat) (verl-bot's `reco` estimator)
             # and the Bernoulli-variance ratio as a token coefficient on verl's PPO loss (`reco` loss); the
@@ -198,7 +238,7 @@ vb_algo_overrides() {
             )
             ;;
         *)
-            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, reco; got '${ALGO}'"
+            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, pass, reco; got '${ALGO}'"
             ;;
     esac
 }
@@ -220,7 +260,7 @@ vb_check_model() {
     if [[ -d "${p}" ]]; then
         [[ -f "${p}/config.json" ]] || vb_die "MODEL_PATH=${p} is a directory without config.json (not a HF model)"
     elif [[ "${p}" == /* || "${p}" == .* || "${p}" == "~"* || -e "${p}" ]]; then
-        vb_die "MODEL_PATH=${p}: no such model directory"
+        vb_missing "MODEL_PATH=${p}: no such model directory"
     elif [[ ! "${p}" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
         vb_die "MODEL_PATH=${p} is neither a local model directory nor a Hugging Face id (org/name)"
     fi
@@ -245,7 +285,7 @@ vb_check_data() {
         n=0
         while IFS= read -r f; do
             n=$((n + 1))
-            [[ -f "${f}" ]] || vb_die "${what}: ${f} does not exist. ${DATA_HINT}"
+            [[ -f "${f}" ]] || vb_missing "${what}: ${f} does not exist. ${DATA_HINT}"
         done < <(vb_files "${!what}")
         [[ ${n} -gt 0 ]] || vb_die "${what} is empty. ${DATA_HINT}"
     done
@@ -415,6 +455,13 @@ vb_overrides() {
         "${MODEL_OVERRIDES[@]}"
         "${ALGO_OVERRIDES[@]}"
     )
+    if [[ -n "${REPORT_STEPS}" ]]; then
+        OVERRIDES+=(
+            "+algorithm.token_report_steps=[${REPORT_STEPS}]"
+            "+algorithm.token_report_groups=${REPORT_GROUPS}"
+            "+algorithm.token_report_dir=${OUT_DIR}/token_records"
+        )
+    fi
 }
 
 vb_main() {

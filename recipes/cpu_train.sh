@@ -8,6 +8,7 @@
 #   bot : algorithm.adv_estimator=bot, dense rewards r_t = G + S_t (bot reward manager)
 #   grpo: verl's grpo on the same global score G only (scalar on the last token), as in the paper
 #   pure: verl-bot's PURE on the bot manager's reward streams (local S_t per step, solved at EOS)
+#   pass: verl-bot's PASS on the streams local S_t (process), solved (outcome) and format (0: toy_lint has none)
 #   reco: ReCo on G only: verl's grpo advantage x response weights (reco estimator) and the variance-ratio
 #         loss (reco policy loss), with 4 PPO mini-batches per step so that the token part acts
 #
@@ -58,6 +59,12 @@ case "${ALGO}" in
             actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
         )
         ;;
+    pass)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=pass
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+        )
+        ;;
     reco)
         ALGO_OVERRIDES=(
             algorithm.adv_estimator=reco
@@ -67,7 +74,7 @@ case "${ALGO}" in
         )
         ;;
     *)
-        echo "cpu_train.sh: ALGO must be bot, grpo, pure or reco, got '${ALGO}'" >&2
+        echo "cpu_train.sh: ALGO must be bot, grpo, pure, pass or reco, got '${ALGO}'" >&2
         exit 2
         ;;
 esac

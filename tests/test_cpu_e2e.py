@@ -368,6 +368,8 @@ def test_bot_two_steps_on_cpu(workdir):
             "+reward.reward_kwargs.bot.scorers.toy_flaky=python:vb_probe:flaky_toy_lint",
             "actor_rollout_ref.actor.use_kl_loss=True",
             "actor_rollout_ref.actor.kl_loss_coef=0.01",
+            "+algorithm.token_report_steps=[-1]",  # every row of the last step, in the default folder
+            "+algorithm.token_report_groups=0",
         ],
     ).start()
     try:
@@ -428,6 +430,29 @@ def test_bot_two_steps_on_cpu(workdir):
         for i, r in enumerate(valid):
             torch.testing.assert_close(torch.tensor(r["advantages"]), expected[i, : len(r["rewards"])])
     assert failed_seen > 0, "the flaky scorer never failed: the test checks nothing about failures"
+
+    # the token records of the last step are exactly that step's rows: uid, token rewards, advantages (read back
+    # from TransferQueue), and the token ids with the bytes of their pieces, which spell the decoded response
+    from transformers import AutoTokenizer
+
+    from verl_bot.token_records import read_records, recorded_files
+
+    files = recorded_files(run.dir / "ckpt" / "token_records")
+    assert list(files) == [2], files
+    records = read_records(files[2])
+
+    def row_key(uid, rewards, advantages):
+        return uid, tuple(round(x, 5) for x in rewards), tuple(round(x, 5) for x in advantages)
+
+    assert sorted(row_key(r["uid"], r["rewards"], r["advantages"]) for r in records) == sorted(
+        row_key(r["uid"], r["rewards"], r["advantages"]) for r in advantage_steps[-1]
+    )
+    tokenizer = AutoTokenizer.from_pretrained(workdir / "model")
+    for r in records:
+        assert (r["step"], r["estimator"], r["data_source"] in ("toy_lint", "toy_flaky")) == (2, "bot", True)
+        pieces = zip(r["token_bytes"], r["special"], strict=True)
+        raw = b"".join(bytes.fromhex(h) for h, special in pieces if not special)
+        assert raw.decode("utf-8", "replace") == tokenizer.decode(r["response_ids"], skip_special_tokens=True)
 
     # what the actor's loss used: the same advantages, row by row (matched by old log-probs)
     by_old = {tuple(round(x, 5) for x in r["old_log_probs"]): r for rows in advantage_steps for r in rows}

@@ -15,6 +15,7 @@ from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 print("estimator", get_adv_estimator_fn("bot").__module__)
 print("estimator", get_adv_estimator_fn("pure").__module__)
+print("estimator", get_adv_estimator_fn("pass").__module__)
 print("estimator", get_adv_estimator_fn("reco").__module__)
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
 print("loss", get_policy_loss_fn("reco").__module__)
@@ -34,6 +35,7 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "estimator verl_bot.advantage.bot" in proc.stdout
     assert "estimator verl_bot.advantage.pure" in proc.stdout
+    assert "estimator verl_bot.advantage.pass_" in proc.stdout
     assert "estimator verl_bot.advantage.reco" in proc.stdout
     assert "loss verl_bot.losses.reco" in proc.stdout
     assert "ppo_loss True" in proc.stdout
@@ -47,7 +49,7 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
 def test_register_is_idempotent():
     first = plugin.register()
     assert plugin.register() is first
-    assert first["adv_estimators"] == ["bot", "pure", "reco"] and first["reward_managers"] == ["bot"]
+    assert first["adv_estimators"] == ["bot", "pass", "pure", "reco"] and first["reward_managers"] == ["bot"]
     assert first["policy_losses"] == ["reco"]
 
 

@@ -422,18 +422,21 @@ def test_the_loss_knobs_are_the_algorithm_keys_of_the_loss():
 
 
 @pytest.mark.parametrize(
-    "algorithm, message",
+    "estimator, algorithm, message",
     [
-        ({"reco_wmax": 3}, "unknown ReCo setting(s) algorithm.reco_wmax; known: reco_pi, reco_rvar_cap"),
-        ({"reco_w_max": 0.5}, "ReCo: reco_w_max must be >= 1"),
-        ({"reco_pi": "global"}, "ReCo: reco_pi must be one of self, absolute"),
-        ({"reco_rvar_cap": -1}, "ReCo: reco_rvar_cap must be > 0"),
-        ({"reco_rvar_floor": 0.5}, "ReCo: reco_rvar_floor must be in (0, 0.25]"),
+        ("grpo", {"reco_wmax": 3}, "unknown ReCo setting(s) algorithm.reco_wmax; known: reco_pi, reco_rvar_cap"),
+        ("reco", {"reco_w_max": 0.5}, "+algorithm.reco_w_max=0.5, reco_pi='self': reco_w_max must be >= 1"),
+        ("reco", {"reco_pi": "global"}, "+algorithm.reco_w_max=5.0, reco_pi='global': reco_pi must be one of self,"),
+        ("reco", {"reco_w_max": "many"}, "+algorithm.reco_w_max='many', reco_pi='self': could not convert"),
+        ("grpo", {"reco_rvar_cap": -1}, "+algorithm.reco_rvar_cap must be > 0"),
+        ("grpo", {"reco_rvar_floor": 0.5}, "+algorithm.reco_rvar_floor must be in (0, 0.25]"),
     ],
 )
-def test_bad_reco_settings_stop_the_run_at_start(algorithm, message):
+def test_bad_reco_settings_stop_the_run_at_start(estimator, algorithm, message):
+    cfg = run_config(**algorithm)
+    cfg.algorithm.adv_estimator = estimator
     with pytest.raises(VerlBotConfigError) as err:
-        check_config(run_config(**algorithm))
+        check_config(cfg)
     assert str(err.value).startswith(message), str(err.value)
 
 

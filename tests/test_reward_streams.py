@@ -12,11 +12,20 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopO
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
 from tests.test_reward_manager import expected_token_rewards, make_batch, worker_for
+from verl_bot.advantage.pass_ import pass_advantage
 from verl_bot.advantage.pure import pure_advantage
 from verl_bot.errors import FATAL_KEY
 from verl_bot.rewards.spans import char_values, token_char_spans, token_local_values
 from verl_bot.rewards.toy import toy_lint
-from verl_bot.streams import declare_streams, step_end_mask, streams_for, token_streams, use_streams, verdict_outcome
+from verl_bot.streams import (
+    declare_streams,
+    step_end_mask,
+    streams_for,
+    token_streams,
+    use_streams,
+    verdict_format,
+    verdict_outcome,
+)
 
 RESPONSES = ["xyz\n\nqrst", "hello\n\n\nworld\nend", "aaa", "", "zz\n\n"]
 
@@ -55,8 +64,16 @@ def test_verdict_outcome_reads_solved_correct_compiled_in_that_order():
     assert math.isnan(verdict_outcome({"info": {}}, failed=False))
 
 
+def test_verdict_format_reads_the_format_part_and_is_zero_without_one():
+    assert verdict_format({"global": {"score": 1.2, "parts": {"answer": 1.0, "format": 0.2}}}, failed=False) == 0.2
+    assert verdict_format({"global": {"score": 0.5, "parts": {"clean": 0.75}}}, failed=False) == 0.0  # toy_lint
+    assert verdict_format({"global": {"score": 0.0, "parts": {"format": -1.0}}}, failed=True) == 0.0
+    assert verdict_format({"global": {"score": 0.0, "parts": {"format": -1.0}}, "error": "bad item"}, False) == 0.0
+
+
 def test_streams_are_declared_only_by_the_stream_estimators():
     assert streams_for("pure") == ("local", "step_end", "outcome")
+    assert streams_for("pass") == ("local", "outcome", "format")
     assert streams_for("bot") == () and streams_for("grpo") == ()
 
 
@@ -118,6 +135,50 @@ def test_manager_sends_streams_for_pure_and_pure_runs_through_verls_compute_adva
     assert (result.batch["advantages"][:3] != 0).any()
 
 
+def toy_lint_with_format(prompt, response, ground_truth=None, extra_info=None):
+    """toy_lint plus a format part, as the math server reports one: +0.2 for an even length, -1 for an odd one."""
+    verdict = toy_lint(prompt, response, ground_truth, extra_info)
+    verdict["global"]["parts"]["format"] = 0.2 if len(response) % 2 == 0 else -1.0
+    return verdict
+
+
+@pytest.mark.parametrize("scorer", ["builtin:toy_lint", "python:tests.test_reward_streams:toy_lint_with_format"])
+def test_manager_sends_the_format_stream_for_pass(tiny_model_dir, tokenizer, scorer):
+    worker, config = worker_for(
+        tiny_model_dir, "algorithm.adv_estimator=pass", f"+reward.reward_kwargs.bot.scorers.toy_lint={scorer}"
+    )
+    data, rows = make_batch(tokenizer, RESPONSES, uids=["a", "a", "a", "b", "b"])
+    outputs = asyncio.run(worker.compute_score_batch(data))
+    formats = []
+    for out, ids in zip(outputs, rows, strict=True):
+        streams = out["reward_score"]["streams"]
+        assert sorted(streams) == ["format", "local", "outcome"]
+        text, _ = token_char_spans(tokenizer, ids)
+        fmt = toy_lint_with_format("", text)["global"]["parts"]["format"] if scorer.startswith("python") else 0.0
+        assert streams["format"] == [0.0] * (len(ids) - 1) + [fmt] * bool(ids)  # on the last token
+        assert out["reward_extra_info"].get("format", 0.0) == fmt
+        formats.append(fmt)
+    assert (set(formats) == {0.2, -1.0}) is scorer.startswith("python")
+
+    # verl's compute_advantage with adv_estimator=pass reads them
+    width = max(len(r) for r in rows)
+    mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows])
+    padded = [{k: v + [0.0] * (width - len(v)) for k, v in o["reward_score"]["streams"].items()} for o in outputs]
+    streams = {name: torch.tensor([row[name] for row in padded]) for name in ("local", "outcome", "format")}
+    uids = np.array(["a", "a", "a", "b", "b"], dtype=object)
+    batch = DataProto(
+        batch=TensorDict({"token_level_rewards": torch.zeros(5, width), "response_mask": mask}, batch_size=5),
+        non_tensor_batch={"uid": uids},
+    )
+    with use_streams(streams):
+        result = compute_advantage_for_multi_trajectories(
+            batch, batch_keys=[f"{u}_{i}_0" for i, u in enumerate(uids)], adv_estimator="pass", config=config.algorithm
+        )
+    solved = torch.tensor([out["reward_extra_info"]["solved"] for out in outputs])
+    expected = pass_advantage(streams["local"], solved, torch.tensor(formats), mask, uids)
+    torch.testing.assert_close(result.batch["advantages"], expected.advantages)
+
+
 def test_manager_sends_no_streams_for_other_estimators(tiny_model_dir, tokenizer):
     worker, _ = worker_for(tiny_model_dir, "algorithm.adv_estimator=bot")
     data, _ = make_batch(tokenizer, RESPONSES[:2])
@@ -138,13 +199,20 @@ def test_a_stream_of_the_wrong_length_stops_the_run_through_the_fatal_marker():
 def test_token_streams_builds_every_stream_by_name():
     spans = np.array([[0, 2], [2, 4], [4, 5]])
     streams = token_streams(
-        ("global", "local", "step_end", "outcome"), 0.25, np.array([0.0, -1.0, 0.5]), spans, "ab\n\nc", 1.0
+        ("global", "local", "step_end", "outcome", "format"),
+        0.25,
+        np.array([0.0, -1.0, 0.5]),
+        spans,
+        "ab\n\nc",
+        1.0,
+        format_score=-1.0,
     )
     assert streams == {
         "global": [0.0, 0.0, 0.25],
         "local": [0.0, -1.0, 0.5],
         "step_end": [0.0, 1.0, 1.0],
         "outcome": [0.0, 0.0, 1.0],
+        "format": [0.0, 0.0, -1.0],
     }
     assert token_streams(("global", "outcome"), 0.25, np.zeros(0), np.zeros((0, 2), dtype=np.int64), "", 1.0) == {
         "global": [],

@@ -56,6 +56,7 @@ def test_a_valid_bot_run_passes_and_plain_verl_is_not_checked(tmp_path):
          "use_kl_in_reward=true with adv_estimator=pure"),
         ((*BOT, "reward.reward_model.enable=true"), "bypasses the bot manager's scorers"),
         ((*BOT, "+reward.reward_kwargs.bot.w_lcoal=1"), "unknown reward.reward_kwargs.bot keys"),
+        ((*BOT, "+algorithm.bot_std_floor=-1"), "bot_std_floor must be a finite number >= 0"),
         ((*BOT, "+reward.reward_kwargs.bot.scorers.toy_lint=builtin:nope"), "unknown builtin scorer 'nope'"),
         ((*BOT, "+reward.reward_kwargs.bot.scorers.toy_lint=python:no_such_module_x:f"), "no_such_module_x"),
     ],
@@ -68,11 +69,18 @@ def test_what_cannot_work_is_refused_with_one_line(tmp_path, overrides, message)
 
 def test_a_data_source_without_scorer_is_named_with_its_file_and_the_fix(tmp_path):
     cfg = config(tmp_path, *BOT, data_sources=("toy_lint", "nope", "nada"))
-    expected = r"no scorer for data_source='nada' \(in .*train.parquet\) nor \['nope'\]; add \+reward.reward_kwargs"
+    expected = r"no scorer for data_source='nada' \(in .*train.parquet\) nor \['nope'\]; no reward.custom_reward_f"
     with pytest.raises(VerlBotConfigError, match=expected):
         check_config(cfg)
     check_config(config(tmp_path, *BOT, "+reward.reward_kwargs.bot.scorers.nope=builtin:toy_lint",
                         "+reward.reward_kwargs.bot.scorers.nada=http://127.0.0.1:1", data_sources=("nope", "nada")))
+
+
+def test_data_sources_of_verls_reward_functions_are_served(tmp_path, tmp_path_factory):
+    check_config(config(tmp_path, *BOT, data_sources=("openai/gsm8k", "lighteval/MATH")))
+    custom = tmp_path_factory.mktemp("fn") / "fn.py"
+    custom.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
+    check_config(config(tmp_path, *BOT, f"reward.custom_reward_function.path={custom}", data_sources=("mine",)))
 
 
 def test_broadcast_knob_lets_bot_run_on_a_scalar_manager(tmp_path):

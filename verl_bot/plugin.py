@@ -41,6 +41,9 @@ def register() -> dict[str, list[str]]:
     if _registered is not None:
         return _registered
     _ensure_logging()
+    from verl_bot.cpu import quiet_known_noise
+
+    quiet_known_noise()  # before anything imports verl's engines (a no-op unless VERL_PLATFORM=cpu)
     check_verl_version()
 
     from verl_bot import hooks

@@ -3,8 +3,8 @@
 `check_config(config)` runs on verl's fully composed config in the driver
 (`verl_bot.hooks.validate_config` calls it from verl's own `validate_config`,
 before Ray starts) and raises `VerlBotConfigError` with one line naming the
-problem and the fix. It does nothing for a run that uses neither verl-bot's
-reward manager nor one of its estimators.
+problem and the fix. For a run that uses neither verl-bot's reward manager nor
+one of its estimators it checks only the token-report knobs.
 
 Refused:
 - `trainer.use_v1=false`: the legacy trainer bypasses TransferQueue and every
@@ -21,8 +21,11 @@ Refused:
 - a `data_source` of the local train/val parquet files that no scorer serves
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
+- an estimator knob of the wrong kind (e.g. `+algorithm.bot_std_floor=-1`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import);
+- for any run: token-report knobs that cannot work (`algorithm.token_report_steps`
+  outside the run, `token_report_groups` < 0; `verl_bot.token_records`).
 - ReCo (`adv_estimator=reco` or `policy_loss.loss_mode=reco`): an unknown
   `+algorithm.reco_*` key or a bad value, and the `reco` loss with verl's
   distillation (whose loss does not receive the knobs). The `reco` loss with one
@@ -37,12 +40,14 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from verl_bot import token_records
 from verl_bot.advantage import estimator_spec
 from verl_bot.advantage import reco as reco_weights
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.hooks.reward_functions import default_knows, function_config
 from verl_bot.losses import loss_name
 from verl_bot.losses import reco as reco_loss
-from verl_bot.rewards.scorers import build_scorers, unscorable_sources
+from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 BROADCAST_KEY = "bot_broadcast_scalar"
@@ -82,6 +87,16 @@ def data_sources(paths: Iterable[str]) -> dict[str, str]:
     return found
 
 
+def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> list[str]:
+    """The data sources among `sources` the `bot` manager could not score: no configured or built-in scorer,
+    no `reward.custom_reward_function` (which is asked about any data source), and unknown to verl's
+    `default_compute_score`."""
+    if "custom_reward_function" in function_config(config):
+        return []
+    known = {**DEFAULT_SCORERS, **dict(settings.get("scorers") or {})}
+    return [source for source in sources if source not in known and not default_knows(source)]
+
+
 def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> str | None:
     algorithm = config.get("algorithm") or {}
     dense = settings is not None and bool(settings["token_level"])
@@ -104,29 +119,23 @@ def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> 
 
 
 def _reco_problem(config: Any, estimator: str) -> str | None:
-    """What is wrong with a run's ReCo settings (None when fine or ReCo is off); warns when its loss is inert."""
+    """What is wrong with a run's ReCo settings (None when fine or ReCo is off); warns when its loss is inert.
+
+    The estimator's knobs are checked with the other estimators' (`EstimatorSpec.options`); here the names of
+    both halves' knobs, and the loss's.
+    """
     actor = (config.get("actor_rollout_ref") or {}).get("actor") or {}
     loss_on = loss_name(config) == "reco"
     if estimator != "reco" and not loss_on:
         return None
     algorithm = config.get("algorithm") or {}
-    knobs = {**reco_weights.KNOBS, **reco_loss.KNOBS}
+    knobs = (*reco_weights.KNOBS, *reco_loss.KNOBS)
     unknown = sorted(str(k) for k in algorithm if str(k).startswith("reco_") and k not in knobs)
     if unknown:
         return f"unknown ReCo setting(s) algorithm.{', algorithm.'.join(unknown)}; known: {', '.join(sorted(knobs))}"
-    cap = algorithm.get("reco_rvar_cap")
-    try:
-        reco_weights.check_weight_knobs(
-            float(algorithm.get("reco_w_max", reco_weights.DEFAULT_W_MAX)), str(algorithm.get("reco_pi", "self"))
-        )
-        reco_loss.check_ratio_knobs(
-            float(actor.get("clip_ratio_c", 3.0) if cap is None else cap),
-            float(algorithm.get("reco_rvar_floor", reco_loss.DEFAULT_FLOOR)),
-        )
-    except (TypeError, ValueError) as exc:
-        return f"ReCo: {exc} (the +algorithm.reco_* settings)"
     if not loss_on:
         return None
+    reco_loss.ratio_options(algorithm, float(actor.get("clip_ratio_c", 3.0)))
     if (config.get("distillation") or {}).get("enabled", False):
         return (
             "policy_loss.loss_mode=reco with distillation.enabled=true: verl's distillation loss does not pass "
@@ -149,6 +158,9 @@ def check_config(config: Any) -> None:
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
     spec = estimator_spec(estimator)
     bot_manager = bot_manager_in_use(config)
+    problem = token_records.config_problem(config.algorithm, config.trainer.get("total_training_steps"))
+    if problem:
+        raise VerlBotConfigError(problem)
     if spec is None and not bot_manager and loss_name(config) is None:
         return
     if not config.trainer.get("use_v1", True):
@@ -160,6 +172,8 @@ def check_config(config: Any) -> None:
     if problem:
         raise VerlBotConfigError(problem)
     settings = manager_settings(config) if bot_manager else None
+    if spec is not None and spec.options is not None:
+        spec.options(config.algorithm)
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)
         if problem:
@@ -183,5 +197,6 @@ def check_config(config: Any) -> None:
         raise VerlBotConfigError(
             f"bot reward manager: no scorer for data_source={first!r} (in {sources[first]})"
             + (f" nor {missing[1:]}" if len(missing) > 1 else "")
-            + f"; add +reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
+            + "; no reward.custom_reward_function is set and verl's default_compute_score does not know it; add "
+            + f"+reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
         )

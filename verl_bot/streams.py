@@ -2,8 +2,8 @@
 
 `token_level_rewards` holds ONE summed vector `r_t = w_g * G + w_s * S_t`. Some
 estimators need the parts apart: PURE wants the process signal per step and
-the verifiable outcome at EOS; PASS would standardize process, outcome and
-format separately. So the `bot` reward manager can send, next to the composed
+the verifiable outcome at EOS; PASS standardizes process, outcome and format
+separately. So the `bot` reward manager can send, next to the composed
 vector, these streams (each one float per response token):
 
     global    G (the global score, shaping included) on the last token, 0 elsewhere
@@ -14,6 +14,9 @@ vector, these streams (each one float per response token):
               read from the verdict's `info`: the first of `solved`, `correct` (math),
               `compiled` (React) that is present; a failed scorer or an item with
               an `error` is 0; none of them present -> NaN (the estimator says so)
+    format    the verdict's `global.parts["format"]` on the last token (the math server's
+              format bonus/penalty), 0 elsewhere; 0 when the scorer reports no such part
+              (toy_lint, React), failed or flagged an `error`
 
 How they travel (only when the configured estimator declared them, so other
 runs carry nothing extra):
@@ -45,9 +48,10 @@ import torch
 from verl_bot.context import BatchContext, current, use_context
 from verl_bot.errors import VerlBotConfigError
 
-STREAMS = ("global", "local", "step_end", "outcome")
+STREAMS = ("global", "local", "step_end", "outcome", "format")
 FIELD_PREFIX = "bot_stream_"
 OUTCOME_KEYS = ("solved", "correct", "compiled")
+FORMAT_PART = "format"
 
 _STEP_SEPARATOR = re.compile(r"\n\n+")
 _consumers: dict[str, tuple[str, ...]] = {}
@@ -88,6 +92,14 @@ def verdict_outcome(verdict: Mapping[str, Any], failed: bool) -> float:
     return math.nan
 
 
+def verdict_format(verdict: Mapping[str, Any], failed: bool) -> float:
+    """The verdict's format part (`global.parts["format"]`), 0.0 when absent, the scorer failed or the item errored."""
+    if failed or verdict.get("error") is not None:
+        return 0.0
+    parts = (verdict.get("global") or {}).get("parts") or {}
+    return float(parts.get(FORMAT_PART, 0.0))
+
+
 def step_end_mask(token_spans: np.ndarray, text: str) -> np.ndarray:
     """1.0 on the token that completes each blank-line separator and on the last token.
 
@@ -116,13 +128,14 @@ def token_streams(
     token_spans: np.ndarray,
     text: str,
     outcome: float,
+    format_score: float = 0.0,
 ) -> dict[str, list[float]]:
     """The requested streams of one response, each a list of n floats (n = number of tokens).
 
     Args:
         names: which of STREAMS to build.
         global_score: G. local_values: (n,) S_t. token_spans: (n, 2). text: the response text.
-        outcome: `verdict_outcome(...)`.
+        outcome: `verdict_outcome(...)`. format_score: `verdict_format(...)`.
     """
     n = len(local_values)
     at_last = np.zeros(n, dtype=np.float64)
@@ -138,6 +151,7 @@ def token_streams(
         "local": lambda: np.asarray(local_values, dtype=np.float64),
         "step_end": lambda: step_end_mask(token_spans, text),
         "outcome": lambda: on_last(outcome),
+        "format": lambda: on_last(format_score),
     }
     return {name: builders[name]().tolist() for name in names}
 

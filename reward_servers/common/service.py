@@ -1,4 +1,4 @@
-"""HTTP service factory shared by every reward server (contract: REWARD_API.md).
+"""HTTP service factory shared by every reward server (contract: docs/REWARD_API.md).
 
 A task plugs in a :class:`Scorer` (one coroutine scoring ONE item); :func:`create_app` wraps it into a FastAPI app:
 
@@ -74,7 +74,7 @@ class Span:
 
 @dataclass
 class ItemResult:
-    """Per-item result in REWARD_API.md's shape. ``score`` is G; by convention it equals ``sum(parts.values())``."""
+    """Per-item result in docs/REWARD_API.md's shape. ``score`` is G; by convention ``sum(parts.values())``."""
 
     id: Any = None
     score: float = 0.0

@@ -1,3 +1,3 @@
-"""Math (AIME) reward server: math-verify answer check, step/format parsing, step judge (REWARD_API.md)."""
+"""Math (AIME) reward server: math-verify answer check, step/format parsing, step judge (docs/REWARD_API.md)."""
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """The math (AIME) scorer: answer check + format + step judge -> Eq. 8 global score and local step spans.
 
-Per item (ALGORITHMS.md "AIME rewards", Eq. 8 with the trainer's w_g = w_s = 1):
+Per item (docs/ALGORITHMS.md "AIME rewards", Eq. 8 with the trainer's w_g = w_s = 1):
 
     G   = answer_weight * 1[correct] + b_format            parts {"answer": ..., "format": ...}
     S_t = local_weight * e_s / |S|   for every character of step s's block (its tags included)

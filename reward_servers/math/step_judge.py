@@ -4,7 +4,7 @@ Window W (the definition this project uses; the paper leaves it open): when the 
 its prompt shows the problem, the W steps immediately before s (steps max(1, s-W) .. s-1, fewer near the start;
 W = 0 shows none; W < 0 shows every earlier step) as context, and step s itself. The judge never sees later steps.
 
-Strategies (ALGORITHMS.md, "AIME rewards"):
+Strategies (docs/ALGORITHMS.md, "AIME rewards"):
 - ``error_propagation`` (default): steps are judged in order; once a step is judged incorrect (-1) every later
   step gets e_s = 0 WITHOUT a judge call (verdict "skipped"); the wrong step keeps -1.
 - ``context_aware``: steps judged in order; the W context steps are shown with the judge's own earlier verdicts.

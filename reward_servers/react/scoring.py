@@ -1,4 +1,4 @@
-"""Score arithmetic of ALGORITHMS.md "React rewards": global parts and local line penalties.
+"""Score arithmetic of docs/ALGORITHMS.md "React rewards": global parts and local line penalties.
 
 Local signal of line m: S(m) = sum over penalised lines l of p_l * phi(|m - l|), phi(d) = max(0, 1 - d/(w+1)).
 Penalties on the same line add up. Lines are 1-based lines of the extracted code; each line with S != 0 becomes

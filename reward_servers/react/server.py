@@ -1,5 +1,5 @@
 """The React reward scorer: extract -> bundle + lint (persistent Node workers) -> render (warm Chromium) ->
-LLM / VLM judges -> global parts and local line spans (REWARD_API.md, ALGORITHMS.md "React rewards")."""
+LLM / VLM judges -> global parts and local line spans (docs/REWARD_API.md, docs/ALGORITHMS.md "React rewards")."""
 
 from __future__ import annotations
 

@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bot.advantage import pure
-from verl_bot.advantage.bot import compute_bot_advantage
-from verl_bot.advantage.reco import compute_reco_advantage
+from verl_bot.advantage import pass_, pure, reco
+from verl_bot.advantage.bot import bot_options, compute_bot_advantage
 
 
 @dataclass(frozen=True)
@@ -26,12 +25,15 @@ class EstimatorSpec:
     fn: Callable[..., Any]
     streams: tuple[str, ...] = ()
     token_level: bool = True
+    options: Callable[[Any], Any] | None = None  # parses the estimator's knobs from `algorithm` (raises if bad)
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
-    "bot": EstimatorSpec(compute_bot_advantage),
+    "bot": EstimatorSpec(compute_bot_advantage, options=bot_options),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
-    "reco": EstimatorSpec(compute_reco_advantage, token_level=False),  # GRPO on scalar R, times ReCo's weights
+    "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, options=pass_.pass_settings),
+    # GRPO on the summed rewards (any reward manager), times ReCo's response weights
+    "reco": EstimatorSpec(reco.compute_reco_advantage, token_level=False, options=reco.reco_options),
 }
 
 

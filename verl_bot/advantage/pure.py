@@ -1,6 +1,6 @@
 """PURE: min-form credit assignment for process rewards (arXiv 2504.15275; code: github.com/CJReinforce/PURE).
 
-A baseline of the BoT-GRPO paper (ALGORITHMS.md §2). For rollout i of a group
+A baseline of the BoT-GRPO paper (docs/ALGORITHMS.md, PURE). For rollout i of a group
 (verl's `uid`) with steps s = 1..S_i (a step ends at a blank line; the last
 token ends the last step) of n_{i,s} tokens:
 

@@ -42,15 +42,30 @@ from verl_bot.errors import VerlBotConfigError
 
 DEFAULT_W_MAX = 5.0
 PI_MODES = ("self", "absolute")
-KNOBS = {"reco_w_max": DEFAULT_W_MAX, "reco_pi": "self"}  # `+algorithm.<knob>` read by the estimator
+KNOBS = ("reco_w_max", "reco_pi")  # `+algorithm.<knob>`, read by `reco_options`
 
 
 def check_weight_knobs(w_max: float, pi: str) -> None:
-    """Raise ValueError for a weight clip below 1 or an unknown pi mode (both knobs come from the user)."""
+    """Raise ValueError for a weight clip below 1 or an unknown pi mode."""
     if not w_max >= 1.0:
         raise ValueError(f"reco_w_max must be >= 1 (the weights are rescaled to a group mean of 1), got {w_max}")
     if pi not in PI_MODES:
         raise ValueError(f"reco_pi must be one of {', '.join(PI_MODES)}, got {pi!r}")
+
+
+def reco_options(algorithm: Any) -> dict[str, Any]:
+    """The keyword arguments of `reco_weights` from verl's `algorithm` config (None: the defaults).
+
+    Keys: `reco_w_max` (5.0) and `reco_pi` ("self"), set with `+algorithm.<key>=...`. Raises VerlBotConfigError
+    (a ValueError) naming the key for a bad value (also at start-up: `verl_bot.preflight`).
+    """
+    get = algorithm.get if algorithm is not None else (lambda key, default=None: default)
+    w_max, pi = get("reco_w_max", DEFAULT_W_MAX), get("reco_pi", "self")
+    try:
+        check_weight_knobs(float(w_max), str(pi))
+    except (TypeError, ValueError) as exc:
+        raise VerlBotConfigError(f"+algorithm.reco_w_max={w_max!r}, reco_pi={pi!r}: {exc}") from exc
+    return {"w_max": float(w_max), "pi": str(pi)}
 
 
 @torch.no_grad()
@@ -142,8 +157,7 @@ def compute_reco_advantage(
         (advantages, returns): both (B, T), the same tensor as in verl's `grpo`.
     """
     get = config.get if config is not None else (lambda key, default=None: default)
-    w_max = float(get("reco_w_max", DEFAULT_W_MAX))
-    pi = str(get("reco_pi", "self"))
+    options = reco_options(config)
     ctx = current()
     old_log_probs = ctx.tensors.get("old_log_probs") if ctx is not None else None
     if old_log_probs is None:
@@ -151,7 +165,7 @@ def compute_reco_advantage(
             "adv_estimator=reco needs the batch's old log-probs (old_log_probs), which verl-bot's trainer hooks "
             "put in the batch context; outside verl's v1 trainer call `reco_weights` directly"
         )
-    weights, stats = reco_weights(old_log_probs, response_mask, index, w_max=w_max, pi=pi)
+    weights, stats = reco_weights(old_log_probs, response_mask, index, **options)
     advantages, _ = compute_grpo_outcome_advantage(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,

@@ -45,6 +45,20 @@ P4. environment `CUDA_VISIBLE_DEVICES`, if set to the empty string, is removed:
     with it empty, Ray sees no GPUs even when told `num_gpus=N` logical GPUs,
     and verl's resource pools (made of GPU bundles) are never scheduled.
 
+Known-harmless noise, silenced where it starts (`quiet_known_noise`, called
+first thing by `verl_bot.plugin.register()` in every process of a CPU run):
+
+N1. a warnings filter for verl's notes that its optional training engines
+    (torchtitan, veomni, automodel, mindspeed, megatron) are not installed:
+    five UserWarnings in every process that imports verl's engines; a CPU
+    run uses the FSDP2 engine, which is always there.
+N2. environment `TQ_NUM_THREADS` = the physical cores, when unset and below
+    TransferQueue's default 8: TransferQueue caps its torch threads at the
+    physical cores anyway, and logs a warning every time it does (hundreds per
+    run on a 2-core machine).
+The rest of a CPU run's known-harmless output is filtered from the terminal,
+with reasons, by the demo's console (`verl_bot/cpu/console.py`).
+
 Everything else a CPU run needs is a Hydra override in `overrides.txt`.
 """
 
@@ -52,6 +66,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 
 from verl_bot.compat import SUPPORTED_VERL
@@ -65,6 +80,7 @@ OVERRIDES_FILE = Path(__file__).with_name("overrides.txt")
 ROLLOUT_NAME = "hf"
 
 _done: list[str] | None = None
+_quieted: list[str] | None = None
 
 
 def _load_hf_replica():
@@ -88,6 +104,34 @@ def overrides(path: str | Path | None = None) -> list[str]:
         if line:
             out.append(line)
     return out
+
+
+ENGINE_NOTES = r"(torchtitan|veomni|automodel|mindspeed|megatron) engine is not available"
+TQ_THREADS_ENV = "TQ_NUM_THREADS"
+TQ_DEFAULT_THREADS = 8
+
+
+def quiet_known_noise() -> list[str]:
+    """N1 and N2 of the module docstring, if the CPU platform is selected; returns what was done. Idempotent."""
+    global _quieted
+    if not is_selected():
+        return []
+    if _quieted is not None:
+        return list(_quieted)
+    warnings.filterwarnings("ignore", message=ENGINE_NOTES, category=UserWarning)
+    done = ["warnings-filter:optional-engines"]
+    if TQ_THREADS_ENV not in os.environ:
+        try:
+            import psutil
+
+            cores = psutil.cpu_count(logical=False) or 0
+        except ImportError:  # pragma: no cover - TransferQueue depends on psutil
+            cores = 0
+        if 0 < cores < TQ_DEFAULT_THREADS:
+            os.environ[TQ_THREADS_ENV] = str(cores)
+            done.append(f"env:{TQ_THREADS_ENV}={cores}")
+    _quieted = done
+    return list(done)
 
 
 def _check_version() -> None:
@@ -120,14 +164,14 @@ def register_cpu_backend() -> list[str]:
     except Exception:  # pragma: no cover - torch is always there with verl
         pass
 
-    done: list[str] = []
+    done: list[str] = quiet_known_noise()
 
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
         del os.environ["CUDA_VISIBLE_DEVICES"]
         done.append("env:CUDA_VISIBLE_DEVICES(unset-empty)")
     if "VERL_ENGINE_DEVICE" not in os.environ:
         os.environ["VERL_ENGINE_DEVICE"] = "cuda"
-        done.append("env:VERL_ENGINE_DEVICE=cuda")
+        done.append("fsdp-engine-class(VERL_ENGINE_DEVICE=cuda: the engine runs on the CPU)")
 
     from verl.plugin.platform import PlatformRegistry
 
@@ -153,4 +197,4 @@ def register_cpu_backend() -> list[str]:
     return done
 
 
-__all__ = ["register_cpu_backend", "is_selected", "overrides", "OVERRIDES_FILE"]
+__all__ = ["register_cpu_backend", "is_selected", "overrides", "quiet_known_noise", "OVERRIDES_FILE"]

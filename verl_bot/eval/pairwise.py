@@ -1,4 +1,4 @@
-"""Pairwise VLM win rate with 4 rounds in ABBA order (arXiv 2610.09804, "Evaluation"; ALGORITHMS.md).
+"""Pairwise VLM win rate with 4 rounds in ABBA order (arXiv 2610.09804, "Evaluation"; docs/ALGORITHMS.md).
 
 For one prompt the judge sees the prompt and the two screenshots (never the
 code) four times, in the order A,B / B,A / B,A / A,B, and must pick one each

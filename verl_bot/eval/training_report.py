@@ -1,135 +1,291 @@
-"""Report of CPU training runs: reward over steps (PNG) and rollouts coloured token by token (HTML).
+"""Report of training runs: reward over steps (PNG) and the token credit of recorded steps (HTML).
 
     python -m verl_bot.eval.training_report --run bot=outputs/cpu_demo/bot --run grpo=outputs/cpu_demo/grpo \
-        --tokenizer outputs/tiny_model_s0 --out outputs/cpu_demo/report
+        --out outputs/cpu_demo/report [--step 20] [--groups 4]
 
-Each run directory holds what `recipes/cpu_train.sh` makes verl write:
-`metrics.jsonl` (verl's file logger) and `rollouts/<step>.jsonl` (verl's
-rollout dump: text, uid `{prompt}_{sample}_{output}`, summed score).
+Each run directory holds what a run with `+algorithm.token_report_steps=[...]` writes
+(`verl_bot/token_records.py`): `token_records/step_<N>.jsonl` (or `ckpt/token_records/`, the default
+folder), plus `metrics.jsonl` from verl's file logger.
 
 - `reward.png`: the mean global score G (`reward/score/mean`) per step of every run.
-- `tokens.html`: for a few groups of the last dumped step of the first run,
-  every rollout twice, each token's background coloured by its reward r_t and
-  by its BoT-GRPO advantage A_t. verl dumps text, not token ids, so the text is
-  re-tokenized and re-scored here with the same scorer, composition and
-  estimator as in training; a rollout whose re-scored sum differs from the
-  dumped one (text that does not re-tokenize to the generated ids) is marked.
+- `tokens.html`: for the chosen step (default: the last step every run recorded), the recorded groups,
+  matched across runs by their prompt text and shown side by side (one column per run). Every rollout
+  shows its tokens exactly as generated (the bytes of the tokenizer's piece for each recorded id; nothing
+  is re-tokenized), each token twice: coloured by its reward r_t (`rm_scores`) and by the advantage A_t
+  the actor trained on. One symmetric colour scale per quantity for the whole page (every row, every run),
+  drawn as a legend bar; hover a token for its id, bytes and values.
+
+Bytes that are not printable text are shown legibly: `<0xE2>` for a byte that is not a whole UTF-8
+character (the first bytes of a multi-byte character split across tokens), `·` a space, `↵` a newline,
+`→` a tab, ASCII control characters as `<0x07>` (in a solid box), other invisible characters as
+`<U+200B>`; special tokens by their name in a box.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import html
-import json
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-import torch
+from verl_bot.eval.records import EvalError
+from verl_bot.token_records import read_records, recorded_files
 
-from verl_bot.advantage.bot import bot_advantage
-from verl_bot.eval.figures import plot_runs
-from verl_bot.eval.records import read_metric
-from verl_bot.rewards.scorers import build_scorer
-from verl_bot.rewards.spans import token_char_spans
-from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
+POSITIVE = (33, 102, 172)  # full colour at +scale (blue)
+NEGATIVE = (178, 24, 43)  # full colour at -scale (red)
+QUANTITIES = (("rewards", "reward r_t"), ("advantages", "advantage A_t"))
+_WHITESPACE = {" ": "\u00b7", "\n": "\u21b5", "\t": "\u2192"}
 
 
-def _colour(value: float, scale: float) -> str:
-    """Red for negative, green for positive, white at 0; `scale` maps to full colour."""
-    x = max(-1.0, min(1.0, value / scale)) if scale > 0 else 0.0
-    fade = int(255 * (1 - abs(x)))
-    return f"rgb({fade},255,{fade})" if x >= 0 else f"rgb(255,{fade},{fade})"
+# ------------------------------------------------------------------------------------------- tokens
+def _one_char(raw: bytes, i: int) -> str | None:
+    """The UTF-8 character that starts at byte i of raw, or None when raw[i] starts no complete character."""
+    for n in range(1, 5):
+        try:
+            text = raw[i : i + n].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        return text if len(text) == 1 else None
+    return None
 
 
-def _token_row(pieces: list[str], values: np.ndarray, label: str) -> str:
-    scale = float(np.abs(values).max()) or 1.0
-    cells = "".join(
-        f'<span title="{label} {v:+.3f}" style="background:{_colour(v, scale)}">{html.escape(p) or "&#8203;"}</span>'
-        for p, v in zip(pieces, values, strict=True)
+def display_segments(raw: bytes) -> list[tuple[str, str]]:
+    """What a token's bytes look like on the page: [(text, kind)], kind in text/space/byte/control.
+
+    Whole UTF-8 characters are text (spaces, newlines, tabs as visible markers, kind `space`); a byte that
+    is no whole character is `<0xNN>` (kind `byte`); an ASCII control character `<0xNN>` too and any other
+    character Python does not call printable `<U+NNNN>` (kind `control`, boxed differently). Consecutive
+    text is merged. Only ASCII and the marker characters are used for what is not text, so every font
+    shows them.
+    """
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(raw):
+        ch = _one_char(raw, i)
+        if ch is None:
+            seg, i = (f"<0x{raw[i]:02X}>", "byte"), i + 1
+        else:
+            i += len(ch.encode("utf-8"))
+            if ch in _WHITESPACE:
+                seg = (_WHITESPACE[ch], "space")
+            elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+                seg = (f"<0x{ord(ch):02X}>", "control")
+            elif not ch.isprintable():
+                seg = (f"<U+{ord(ch):04X}>", "control")
+            else:
+                seg = (ch, "text")
+        if out and seg[1] == "text" and out[-1][1] == "text":
+            out[-1] = (out[-1][0] + seg[0], "text")
+        else:
+            out.append(seg)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- colours
+def colour(value: float, scale: float) -> tuple[int, int, int]:
+    """White at 0, linearly to POSITIVE at +scale and NEGATIVE at -scale (clipped beyond)."""
+    t = max(-1.0, min(1.0, value / scale)) if scale > 0 else 0.0
+    end = POSITIVE if t >= 0 else NEGATIVE
+    return tuple(round(255 + abs(t) * (c - 255)) for c in end)
+
+
+NICE = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+
+
+def nice_scale(largest: float) -> float:
+    """The smallest of NICE x 10^k that is >= largest (> 0), for round legend ticks; 1 for 0."""
+    if not largest > 0 or not math.isfinite(largest):
+        return 1.0
+    base = 10 ** math.floor(math.log10(largest))
+    return next(m * base for m in NICE if m * base >= largest * (1 - 1e-12))
+
+
+def _css(rgb: tuple[int, int, int]) -> str:
+    return f"rgb({rgb[0]},{rgb[1]},{rgb[2]})"
+
+
+def legend(key: str, label: str, scale: float) -> str:
+    """A colour bar from -scale to +scale with five tick labels."""
+    ticks = "".join(f"<span>{v:+g}</span>" for v in (-scale, -scale / 2, 0.0, scale / 2, scale))
+    return (
+        f'<div class="legend" data-quantity="{key}" data-scale="{scale:g}"><b>{label}</b>'
+        f'<div class="bar" style="background:linear-gradient(to right,{_css(NEGATIVE)},rgb(255,255,255),'
+        f'{_css(POSITIVE)})"></div><div class="ticks">{ticks}</div></div>'
     )
-    return f'<div class="row"><b>{label}</b> {cells}</div>'
 
 
-def score_rollouts(rollouts: list[dict], tokenizer, scorer, w_global: float, w_local: float) -> list[dict]:
-    """Re-tokenize and re-score rollouts of ONE group; adds `pieces`, `rewards` (L,), `advantages` (L,)."""
-    scored = []
-    for rollout in rollouts:
-        ids = tokenizer(rollout["output"], add_special_tokens=False)["input_ids"]
-        text, spans = token_char_spans(tokenizer, ids)
-        item = {"prompt": rollout["input"], "response": text, "ground_truth": rollout.get("gts"), "extra_info": {}}
-        verdict = validate_verdict(asyncio.run(scorer.score(item)))
-        local = local_token_values(verdict["local"], spans, len(text))
-        rewards = compose_token_rewards(verdict["global"]["score"], local, w_global, w_local)
-        scored.append({**rollout, "pieces": [text[s:e] for s, e in spans], "rewards": rewards})
-    width = max(1, max(len(r["rewards"]) for r in scored))
-    padded = torch.zeros(len(scored), width, dtype=torch.float64)
-    mask = torch.zeros(len(scored), width)
-    for i, r in enumerate(scored):
-        padded[i, : len(r["rewards"])] = torch.as_tensor(r["rewards"])
-        mask[i, : len(r["rewards"])] = 1
-    advantages = bot_advantage(padded, mask, np.zeros(len(scored)))
-    for i, r in enumerate(scored):
-        r["advantages"] = advantages[i, : len(r["rewards"])].numpy()
-    return scored
+# ------------------------------------------------------------------------------------------- records
+def run_records_dir(run_dir: Path) -> Path:
+    """`RUN/token_records`, else `RUN/ckpt/token_records` (the default of `algorithm.token_report_dir`)."""
+    for folder in (run_dir / "token_records", run_dir / "ckpt" / "token_records", run_dir):
+        if recorded_files(folder):
+            return folder
+    raise EvalError(
+        f"{run_dir}: no token records (train with +algorithm.token_report_steps=[...]; see verl_bot/token_records.py)"
+    )
 
 
-def token_html(run_dir: Path, tokenizer, scorer, w_global: float, w_local: float, groups: int = 2) -> str:
-    """HTML body: the first `groups` groups of the last dumped step, token by token."""
-    dumps = sorted((run_dir / "rollouts").glob("*.jsonl"), key=lambda p: int(p.stem))
-    if not dumps:
-        return "<p>no rollout dump found</p>"
-    rollouts = [json.loads(line) for line in dumps[-1].read_text().splitlines()]
-    by_group: dict[str, list[dict]] = {}
-    for r in rollouts:
-        by_group.setdefault(str(r["uid"]).rsplit("_", 2)[0], []).append(r)
-    parts = [f"<h2>{html.escape(run_dir.name)}: step {dumps[-1].stem}</h2>"]
-    for uid, group in list(by_group.items())[:groups]:
-        parts.append(f"<h3>prompt {html.escape(uid[:8])}: {html.escape(group[0]['input'])}</h3>")
-        for r in score_rollouts(group, tokenizer, scorer, w_global, w_local):
-            exact = abs(float(np.sum(r["rewards"])) - float(r["score"])) < 1e-3 * max(1.0, abs(float(r["score"])))
-            note = "" if exact else " <i>(re-tokenized text: differs from the generated ids)</i>"
-            parts.append(f'<div class="rollout">sum of rewards {float(r["score"]):+.3f}{note}')
-            parts.append(_token_row(r["pieces"], r["rewards"], "reward"))
-            parts.append(_token_row(r["pieces"], r["advantages"], "advantage"))
-            parts.append("</div>")
+def load_step(runs: dict[str, Path], step: int | None) -> tuple[int, dict[str, list[dict]]]:
+    """The step to show (default: the last one every run recorded) and each run's records of it."""
+    files = {name: recorded_files(run_records_dir(d)) for name, d in runs.items()}
+    common = set.intersection(*(set(f) for f in files.values()))
+    if step is None:
+        if not common:
+            recorded = ", ".join(f"{n} {sorted(f)}" for n, f in files.items())
+            raise EvalError(f"the runs recorded no common step: {recorded}")
+        step = max(common)
+    missing = [name for name, f in files.items() if step not in f]
+    if missing:
+        raise EvalError(f"step {step} not recorded by {', '.join(missing)}")
+    return step, {name: read_records(f[step]) for name, f in files.items()}
+
+
+def match_groups(
+    records: dict[str, list[dict]], groups: int
+) -> list[tuple[tuple[str, int], dict[str, list[dict]]]]:
+    """[((prompt, n), {run: rollouts})]: groups every run recorded first, then the rest; `groups` of them (0: all).
+
+    A run's group is the rollouts sharing a uid. Runs are matched by prompt text (the uids differ between runs);
+    when a step holds several groups of the same prompt, the n-th of one run is matched with the n-th of the other.
+    """
+    by_prompt: dict[tuple[str, int], dict[str, list[dict]]] = {}
+    for name, rows in records.items():
+        by_uid: dict[str, list[dict]] = {}
+        for row in rows:
+            by_uid.setdefault(row["uid"], []).append(row)
+        seen: dict[str, int] = {}
+        for rollouts in by_uid.values():
+            prompt = rollouts[0]["prompt"]
+            n = seen[prompt] = seen.get(prompt, -1) + 1
+            by_prompt.setdefault((prompt, n), {})[name] = rollouts
+    ordered = sorted(by_prompt.items(), key=lambda kv: (len(kv[1]) < len(records), kv[0]))
+    return ordered[: groups if groups > 0 else None]
+
+
+# ------------------------------------------------------------------------------------------- html
+def _token(i: int, record: dict, scales: dict[str, float]) -> str:
+    raw = bytes.fromhex(record["token_bytes"][i])
+    special = bool(record["special"][i])
+    segments = [(raw.decode("utf-8", "replace"), "special")] if special else display_segments(raw)
+    inner = "".join(f'<span class="{kind}">{html.escape(text)}</span>' for text, kind in segments) or "&#8203;"
+    values = {key: float(record[key][i]) for key, _ in QUANTITIES}
+    title = (
+        f"#{i} id {record['response_ids'][i]} bytes {raw.hex(' ').upper() or '-'}"
+        f" | r {values['rewards']:+.4f} | A {values['advantages']:+.4f}"
+    )
+    cells = []
+    for key, _ in QUANTITIES:
+        rgb = colour(values[key], scales[key])
+        ink = "#fff" if sum(rgb) < 380 else "#000"
+        cells.append(
+            f'<span class="cell {key}" data-value="{values[key]:.6g}" style="background:{_css(rgb)};color:{ink}">'
+            f"{inner}</span>"
+        )
+    return f'<span class="tok" title="{html.escape(title)}">{"".join(cells)}</span>'
+
+
+def _rollout(record: dict, scales: dict[str, float]) -> str:
+    info = record.get("info") or {}
+    facts = [f"G {info['score']:+.3f}" if "score" in info else None]
+    facts.append(f"solved {info['acc']:g}" if "acc" in info else None)
+    facts.append("scorer failed: advantage 0" if info.get("scorer_failed") else None)
+    facts.append(f"{len(record['response_ids'])} tokens")
+    tokens = "".join(_token(i, record, scales) for i in range(len(record["response_ids"])))
+    head = " · ".join(f for f in facts if f)
+    return f'<div class="rollout" data-key="{html.escape(record["key"])}"><div class="facts">{head}</div>{tokens}</div>'
+
+
+def tokens_html(step: int, records: dict[str, list[dict]], groups: int) -> str:
+    """The HTML body of the token view (its legends carry each quantity's colour scale)."""
+    matched = match_groups(records, groups)
+    shown = [row for _, runs in matched for rows in runs.values() for row in rows]
+    scales = {key: nice_scale(max((abs(v) for r in shown for v in r[key]), default=0.0)) for key, _ in QUANTITIES}
+    names = list(records)
+    parts = [
+        f'<h2>Token credit at step {step}</h2><div class="legends">'
+        + "".join(legend(key, label, scales[key]) for key, label in QUANTITIES)
+        + "</div>",
+        "<p>Each token: top cell coloured by its reward r<sub>t</sub>, bottom cell by its advantage "
+        "A<sub>t</sub>, on the scales above (the same for every row and run). Hover a token for its values. "
+        "Groups are matched across runs by their prompt.</p>",
+    ]
+    columns = f"grid-template-columns:repeat({len(names)},minmax(0,1fr))"
+    for (prompt, n), runs in matched:
+        again = f" <i>(group {n + 1} of this prompt in the step)</i>" if n else ""
+        parts.append(f'<section class="group"><div class="prompt">{html.escape(prompt)}{again}</div>')
+        parts.append(f'<div class="runs" style="{columns}">')
+        for name in names:
+            body = "".join(_rollout(r, scales) for r in runs.get(name, []))
+            body = body or "<p><i>this prompt was not recorded in this run</i></p>"
+            parts.append(f'<div class="run" data-run="{html.escape(name)}"><h3>{html.escape(name)}</h3>{body}</div>')
+        parts.append("</div></section>")
     return "\n".join(parts)
 
 
-PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>verl-bot CPU demo</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}} .row{{font-family:monospace;
-white-space:pre-wrap;margin:2px 0}} .rollout{{border-top:1px solid #ddd;padding:4px 0}} span{{padding:0 1px}}</style>
-</head><body><h1>verl-bot CPU demo</h1><p>Mean global score per step (all runs):</p><img src="reward.png">
-<p>Token colours: green positive, red negative, white 0 (scaled per row). Hover a token for its value.</p>
+PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>verl-bot training report</title>
+<style>
+body{{font-family:sans-serif;margin:1.5em auto;max-width:1500px;padding:0 1em}}
+.legends{{display:flex;gap:3em;margin:.5em 0}} .legend .bar{{width:320px;height:14px;border:1px solid #888}}
+.legend .ticks{{width:320px;display:flex;justify-content:space-between;font-size:12px}}
+.group{{border-top:2px solid #ccc;margin-top:1em}} .prompt{{font-family:monospace;white-space:pre-wrap;
+background:#f4f4f4;padding:4px;margin:6px 0}} .runs{{display:grid;gap:1.5em}} .run h3{{margin:.3em 0}}
+.rollout{{border-top:1px solid #ddd;padding:4px 0}} .facts{{font-size:12px;color:#444}}
+.tok{{display:inline-flex;flex-direction:column;margin:1px 1px 2px 0;vertical-align:top}}
+.cell{{font-family:monospace;font-size:13px;padding:1px 2px;white-space:pre;line-height:16px;min-width:6px}}
+.space{{opacity:.75}} .byte{{font-size:10px;border:1px dotted currentColor}}
+.control{{font-size:10px;border:1px solid currentColor}}
+.special{{font-size:10px;border:1px solid currentColor;border-radius:3px}}
+</style></head><body><h1>verl-bot training report</h1><p>Mean global score G per step:</p>{plot}
 {body}</body></html>"""
 
 
-def main() -> None:
-    from transformers import AutoTokenizer
-
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", action="append", required=True, help="NAME=RUN_DIR (repeat; the first is coloured)")
-    parser.add_argument("--tokenizer", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--scorer", default="builtin:toy_lint")
-    parser.add_argument("--w-global", type=float, default=1.0)
-    parser.add_argument("--w-local", type=float, default=0.5)
-    args = parser.parse_args()
+    parser.add_argument("--run", action="append", required=True, help="NAME=RUN_DIR (repeat: one column each)")
+    parser.add_argument("--out", required=True, help="folder for reward.png and tokens.html")
+    parser.add_argument("--step", type=int, default=None, help="recorded step to show (default: the last common)")
+    parser.add_argument("--groups", type=int, default=4, help="groups (prompts) to show; 0 = all (default 4)")
+    args = parser.parse_args(argv)
 
-    runs = dict(item.split("=", 1) for item in args.run)
+    try:
+        runs = {name: Path(d) for name, _, d in (item.partition("=") for item in args.run)}
+        if any(not name or not str(d) for name, d in runs.items()):
+            raise EvalError("--run takes NAME=RUN_DIR")
+        step, records = load_step(runs, args.step)
+        body = tokens_html(step, records, args.groups)
+    except (EvalError, ValueError, OSError) as e:
+        print(f"error: {e}", flush=True)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    curves = {name: read_metric(Path(d) / "metrics.jsonl") for name, d in runs.items()}
-    plot_runs(curves, out / "reward.png", "toy_lint on CPU: " + " vs ".join(runs))
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    first = Path(next(iter(runs.values())))
-    body = token_html(first, tokenizer, build_scorer(args.scorer), args.w_global, args.w_local)
-    (out / "tokens.html").write_text(PAGE.format(body=body))
-    for name, (steps, values) in curves.items():
-        last = f"{values[-1]:+.3f} at step {steps[-1]}" if steps else "no steps logged"
-        print(f"{name}: mean G {values[0]:+.3f} at step {steps[0]} -> {last}" if steps else f"{name}: {last}")
-    print(f"report: {out / 'reward.png'} and {out / 'tokens.html'}")
+    plot, summary = _reward_plot(runs, out / "reward.png")
+    (out / "tokens.html").write_text(PAGE.format(plot=plot, body=body), encoding="utf-8")
+    for line in summary:
+        print(line)
+    print(f"report: {out / 'reward.png'} and {out / 'tokens.html'} (tokens of step {step})")
+    return 0
+
+
+def _reward_plot(runs: dict[str, Path], png: Path) -> tuple[str, list[str]]:
+    """Draw reward.png from the runs' metrics (runs without metrics are left out); (img tag, summary lines)."""
+    from verl_bot.eval.figures import plot_runs
+    from verl_bot.eval.records import read_metric
+
+    curves, summary = {}, []
+    for name, d in runs.items():
+        steps, values = read_metric(d / "metrics.jsonl") if (d / "metrics.jsonl").is_file() else ([], [])
+        if steps:
+            curves[name] = (steps, values)
+            first, last = f"{values[0]:+.3f} at step {steps[0]}", f"{values[-1]:+.3f} at step {steps[-1]}"
+            summary.append(f"{name}: mean G {first} -> {last}")
+        else:
+            summary.append(f"{name}: no metrics.jsonl with reward/score/mean")
+    if not curves:
+        return "<p><i>no metrics</i></p>", summary
+    plot_runs(curves, png, " vs ".join(curves) + ": mean G per step")
+    return f'<img src="{png.name}" alt="mean G per step">', summary
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

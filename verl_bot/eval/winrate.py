@@ -1,4 +1,4 @@
-"""Pairwise VLM win rate of run A over run B on the same prompts (ALGORITHMS.md "Evaluation").
+"""Pairwise VLM win rate of run A over run B on the same prompts (docs/ALGORITHMS.md "Evaluation").
 
 1. Pair the rows of the two generation files by ``(prompt_index, sample_index)``; both files must hold the same
    keys with the same prompt text (else EvalError: the runs were not generated on the same prompts).

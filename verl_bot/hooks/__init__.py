@@ -5,7 +5,8 @@ module function of verl (signature-checked by `_patch.wrap`, idempotent) and
 says in its docstring what it changes and why there:
 
     agent_loop_output   AgentLoopOutput.as_dict              dense rm_scores rows, reward streams, fatal marker
-    compute_advantage   PPOTrainer._compute_advantage        batch context (streams, failed rows), failure-rate stop
+    compute_advantage   PPOTrainer._compute_advantage        batch context (streams, failed rows), failure-rate stop,
+                                                             token records of chosen steps (verl_bot.token_records)
     multi_trajectory    trainer_base.compute_advantage_for_multi_trajectories
                                                              failed rollouts out of their groups, advantage 0
     compute_metrics     PPOTrainer._compute_metrics          reward/<key>/mean, reward/flag/<name>/mean
@@ -17,35 +18,29 @@ says in its docstring what it changes and why there:
     driver              sys.excepthook / atexit               the root cause is the driver's last line
     cpu_backend         private rollout registry, process-group default, FSDP2 offload policy
                                                              (only with VERL_PLATFORM=cpu, from verl_bot.cpu)
+    reward_functions    reads verl's reward functions (the data sources default_compute_score knows,
+                        verl's loader of custom_reward_function): nothing wrapped, used by the bot manager
 
-Estimators, policy losses, the reward manager and the streams never import this
-folder; `verl_bot.plugin.register()` installs it after checking verl's version.
+Estimators, policy losses and the streams never import this folder;
+`verl_bot.plugin.register()` installs the hooks after checking verl's version
+(importing this package imports none of them, so `reward_functions` can be
+read on its own).
 """
 
 from __future__ import annotations
 
-from verl_bot.hooks import (
-    agent_loop_output,
-    compute_advantage,
-    compute_metrics,
-    driver,
-    multi_trajectory,
-    ppo_loss,
-    replay_buffer,
-    update_actor,
-    validate_config,
-)
+import importlib
 
 TRAINER_HOOKS = (
-    agent_loop_output,
-    compute_advantage,
-    multi_trajectory,
-    compute_metrics,
-    update_actor,
-    ppo_loss,
-    replay_buffer,
-    validate_config,
-    driver,
+    "agent_loop_output",
+    "compute_advantage",
+    "multi_trajectory",
+    "compute_metrics",
+    "update_actor",
+    "ppo_loss",
+    "replay_buffer",
+    "validate_config",
+    "driver",
 )
 
 
@@ -54,4 +49,6 @@ def install() -> list[str]:
     from verl_bot.compat import check_verl_version
 
     check_verl_version()
-    return [name for hook in TRAINER_HOOKS for name in hook.install()]
+    return [
+        name for hook in TRAINER_HOOKS for name in importlib.import_module(f"verl_bot.hooks.{hook}").install()
+    ]

@@ -14,16 +14,21 @@ one of its estimators:
 3. make that the active `verl_bot.context.BatchContext` while verl computes
    the advantages (`verl_bot.hooks.multi_trajectory` takes failed rows out of
    their groups; estimators read streams and report diagnostics);
-4. add the estimator's diagnostics and `verl_bot/scorer_failed_rows` to the step's metrics.
+4. add the estimator's diagnostics and `verl_bot/scorer_failed_rows` to the step's metrics;
+5. for any run and estimator, on the steps `algorithm.token_report_steps` asks for: read the rows back from
+   TransferQueue after verl's own method wrote the advantages (token ids, `rm_scores`, advantages, uid,
+   data_source) and write them as token records (`verl_bot.token_records`) for the token-credit report.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 import torch
 
+from verl_bot import token_records
 from verl_bot.advantage import estimator_spec
 from verl_bot.context import BatchContext, use_context
 from verl_bot.errors import VerlBotConfigError
@@ -32,6 +37,8 @@ from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 from verl_bot.streams import FIELD_PREFIX, StreamsUnavailable
 
 STREAK_ATTR = "_verl_bot_failure_streak"
+RECORDED_ATTR = "_verl_bot_recorded_steps"
+logger = logging.getLogger("verl_bot")
 
 
 def _values(column: Any) -> list:
@@ -102,29 +109,110 @@ def check_failure_rate(streak: list[float], share: float, rows: list[dict], fail
     )
 
 
+def _advantage_with_context(original, trainer, batch, metrics, *args, **kwargs):
+    """verl's `_compute_advantage` inside the batch context (steps 1-4 of the module docstring)."""
+    spec = estimator_spec(trainer.config.algorithm.adv_estimator)
+    if spec is None and not bot_manager_in_use(trainer.config):
+        return original(trainer, batch, metrics, *args, **kwargs)
+    padding = padding_mask(batch)
+    rows = fetch_rows(batch)
+    ctx = BatchContext(rows=rows)
+    if bot_manager_in_use(trainer.config):
+        settings = manager_settings(trainer.config)
+        ctx.dense_rewards = bool(settings["token_level"])
+        ctx.failed = failed_mask(rows, padding)
+        real = int((~padding).sum())
+        share = float(ctx.failed.sum()) / max(real, 1)
+        streak = trainer.__dict__.setdefault(STREAK_ATTR, [])
+        check_failure_rate(streak, share, rows, ctx.failed, settings)
+        metrics["verl_bot/scorer_failed_rows"] = float(ctx.failed.sum())
+    if spec is not None and spec.streams:
+        ctx.streams = fetch_streams(batch, spec.streams)
+    with use_context(ctx):
+        result = original(trainer, batch, metrics, *args, **kwargs)
+    metrics.update(ctx.metrics)
+    return result
+
+
+def _rows_of(column: Any, lengths: list[int]) -> list[list]:
+    """Per-row lists of a (B, *) TransferQueue column: a nested tensor's rows, or a padded one cut to `lengths`."""
+    if getattr(column, "is_nested", False):
+        return [row.tolist() for row in column.unbind()]
+    return [row[:n].tolist() for row, n in zip(column, lengths, strict=True)]
+
+
+def fetch_record_rows(batch: Any) -> list[dict]:
+    """The rows of the batch as `verl_bot.token_records.build_records` reads them (padding rows left out), read
+    back from TransferQueue after verl wrote the advantages."""
+    import transfer_queue as tq
+
+    fields = ["uid", "prompts", "responses", "response_mask", "rm_scores", "advantages", "data_source", "extra_fields"]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    mask = data["response_mask"]
+    lengths = (
+        mask.offsets().diff().tolist() if getattr(mask, "is_nested", False) else [int(m.sum()) for m in mask]
+    )
+    prompts = data["prompts"]
+    prompt_ids = (
+        [row.tolist() for row in prompts.unbind()] if getattr(prompts, "is_nested", False) else prompts.tolist()
+    )
+    columns = {name: _rows_of(data[name], lengths) for name in ("responses", "rm_scores", "advantages")}
+    padding = padding_mask(batch).tolist()
+    rows = []
+    for i, (uid, source, extra) in enumerate(
+        zip(_values(data["uid"]), _values(data["data_source"]), _values(data["extra_fields"]), strict=True)
+    ):
+        if padding[i]:
+            continue
+        rows.append(
+            {
+                "uid": str(uid),
+                "key": str(batch.keys[i]),
+                "data_source": str(source),
+                "prompt_ids": prompt_ids[i],
+                "response_ids": columns["responses"][i],
+                "rewards": columns["rm_scores"][i],
+                "advantages": columns["advantages"][i],
+                "info": (extra.get("reward_extra_info") if isinstance(extra, dict) else None) or {},
+            }
+        )
+    return rows
+
+
+def record_tokens(trainer: Any, batch: Any) -> None:
+    """Write the token records of this step when `algorithm.token_report_steps` asks for it (`verl_bot.token_records`).
+
+    A step outside the run raises `VerlBotConfigError` (at the first step, before any update); a failure to
+    read or write the records is logged as a warning and the run goes on.
+    """
+    algorithm = trainer.config.algorithm
+    if not algorithm.get(token_records.STEPS_KEY):
+        return
+    try:
+        steps = token_records.recorded_steps(algorithm, int(trainer.total_training_steps))
+    except ValueError as exc:
+        raise VerlBotConfigError(f"verl-bot: {exc}") from exc
+    step = int(trainer.global_steps)
+    if step not in steps:
+        return
+    try:
+        estimator = str(getattr(algorithm.adv_estimator, "value", algorithm.adv_estimator))
+        groups = int(algorithm.get(token_records.GROUPS_KEY, token_records.DEFAULT_GROUPS))
+        records = token_records.build_records(step, estimator, fetch_record_rows(batch), trainer.tokenizer, groups)
+        folder = token_records.record_dir(algorithm, trainer.config.trainer.default_local_dir)
+        started = trainer.__dict__.setdefault(RECORDED_ATTR, set())
+        path = token_records.write_records(folder, step, records, append=step in started)
+        started.add(step)
+        logger.info("token records of step %d: %d rollouts -> %s", step, len(records), path)
+    except Exception as exc:  # noqa: BLE001 - a report must never cost the run
+        logger.warning("token records of step %d not written: %s: %s", step, type(exc).__name__, exc)
+
+
 def _make_compute_advantage(original):
     @functools.wraps(original)
     def _compute_advantage(self, batch, metrics, *args, **kwargs):
-        spec = estimator_spec(self.config.algorithm.adv_estimator)
-        if spec is None and not bot_manager_in_use(self.config):
-            return original(self, batch, metrics, *args, **kwargs)
-        padding = padding_mask(batch)
-        rows = fetch_rows(batch)
-        ctx = BatchContext(rows=rows)
-        if bot_manager_in_use(self.config):
-            settings = manager_settings(self.config)
-            ctx.dense_rewards = bool(settings["token_level"])
-            ctx.failed = failed_mask(rows, padding)
-            real = int((~padding).sum())
-            share = float(ctx.failed.sum()) / max(real, 1)
-            streak = self.__dict__.setdefault(STREAK_ATTR, [])
-            check_failure_rate(streak, share, rows, ctx.failed, settings)
-            metrics["verl_bot/scorer_failed_rows"] = float(ctx.failed.sum())
-        if spec is not None and spec.streams:
-            ctx.streams = fetch_streams(batch, spec.streams)
-        with use_context(ctx):
-            result = original(self, batch, metrics, *args, **kwargs)
-        metrics.update(ctx.metrics)
+        result = _advantage_with_context(original, self, batch, metrics, *args, **kwargs)
+        record_tokens(self, batch)
         return result
 
     return _compute_advantage

@@ -40,19 +40,33 @@ import torch
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
 
 from verl_bot.context import loss_settings
+from verl_bot.errors import VerlBotConfigError
 
 DEFAULT_FLOOR = 1e-6
 SATURATED_P = 0.99
 LOG_RATIO_CLAMP = 20.0  # verl's vanilla loss clamps log(p / p_old) to +-20 before exp
-KNOBS = {"reco_rvar_cap": None, "reco_rvar_floor": DEFAULT_FLOOR}  # `+algorithm.<knob>`; cap None: clip_ratio_c
+KNOBS = ("reco_rvar_cap", "reco_rvar_floor")  # `+algorithm.<knob>`, read by `ratio_options`
 
 
-def check_ratio_knobs(cap: float, floor: float) -> None:
-    """Raise ValueError unless cap > 0 and 0 < floor <= 1/4 (the largest Bernoulli variance)."""
+def ratio_options(settings: Any, clip_ratio_c: float) -> tuple[float, float]:
+    """(cap, floor) of r_var from the loss's knobs (`reco_rvar_cap`, default `clip_ratio_c`; `reco_rvar_floor`, 1e-6).
+
+    `settings` is `loss_settings()` in the worker or verl's `algorithm` config at start-up (None: the defaults).
+    Raises VerlBotConfigError (a ValueError) naming the key unless cap > 0 and 0 < floor <= 1/4 (the largest
+    Bernoulli variance).
+    """
+    get = settings.get if settings is not None else (lambda key, default=None: default)
+    cap, floor = get("reco_rvar_cap"), get("reco_rvar_floor", DEFAULT_FLOOR)
+    cap = clip_ratio_c if cap is None else cap
+    try:
+        cap, floor = float(cap), float(floor)
+    except (TypeError, ValueError) as exc:
+        raise VerlBotConfigError(f"+algorithm.reco_rvar_cap={cap!r}, reco_rvar_floor={floor!r}: {exc}") from exc
     if not cap > 0:
-        raise ValueError(f"reco_rvar_cap must be > 0, got {cap}")
+        raise VerlBotConfigError(f"+algorithm.reco_rvar_cap must be > 0, got {cap}")
     if not 0 < floor <= 0.25:
-        raise ValueError(f"reco_rvar_floor must be in (0, 0.25], got {floor}")
+        raise VerlBotConfigError(f"+algorithm.reco_rvar_floor must be in (0, 0.25], got {floor}")
+    return cap, floor
 
 
 @torch.no_grad()
@@ -116,11 +130,7 @@ def compute_policy_loss_reco(
         (loss, metrics): the scalar loss and vanilla's metrics plus `reco/rvar_mean`, `reco/rvar_capped_share`,
         `reco/saturated_share`.
     """
-    settings = loss_settings() or {}
-    cap = settings.get("reco_rvar_cap")
-    cap = float(config.get("clip_ratio_c", 3.0) if cap is None else cap)
-    floor = float(settings.get("reco_rvar_floor", DEFAULT_FLOOR))
-    check_ratio_knobs(cap, floor)
+    cap, floor = ratio_options(loss_settings(), float(config.get("clip_ratio_c", 3.0)))
     r_var, capped = variance_ratio(log_prob.detach(), old_log_prob, cap, floor)
     coef = reco_coefficient(log_prob.detach(), old_log_prob, r_var).to(log_prob.dtype)
     weights = coef if rollout_is_weights is None else coef * rollout_is_weights

@@ -1,7 +1,7 @@
 """Map character spans of a response's text to its tokens.
 
 A reward server scores the response TEXT and returns local signals on
-character spans (`[start, end)` Python string indices, REWARD_API.md). The
+character spans (`[start, end)` Python string indices, docs/REWARD_API.md). The
 policy was trained on TOKENS. This module finds which characters each token
 produced, using the tokenizer's own decoding of the actual response token ids,
 so it is right for any tokenizer whose decoding is prefix-consistent (byte-level

@@ -1,11 +1,11 @@
-"""The verdict of a scorer for one response (REWARD_API.md item) and its composition into token rewards.
+"""The verdict of a scorer for one response (docs/REWARD_API.md item) and its composition into token rewards.
 
 A verdict is the plain dict a reward server returns per item:
 
     {"global": {"score": G, "parts": {...}}, "local": [{"start", "end", "value"}, ...],
      "info": {...}, "flags": [...], "error": None | "message"}
 
-Token rewards (ALGORITHMS.md Eq. 4): `r_t = w_g * G + w_s * S_t`: G on every
+Token rewards (docs/ALGORITHMS.md, Eq. 4): `r_t = w_g * G + w_s * S_t`: G on every
 response token, S_t the local signal of the characters token t produced.
 """
 

@@ -1,0 +1,318 @@
+"""Every algorithm on both CPU tasks, through verl's real trainer; raw per-step results as CSV, then a summary.
+
+    # run (each missing (task, variant, seed) is one recipes/cpu_train.sh run; finished ones are kept)
+    .venv/bin/python benchmarks/compare.py run [--tasks toy_lint toy_math] [--variants bot grpo ...]
+        [--seeds 0 1 2] [--steps 40]
+    # regenerate the summary table, the figures and the README's results block from the committed CSVs alone
+    .venv/bin/python benchmarks/compare.py report
+
+A variant is an algorithm (`ALGO` of recipes/cpu_train.sh) with optional settings: the paper's baselines
+(`grpo`, `gspo`, `dapo`, `pure`), the related methods (`pass`, `reco`, `vps`, `grail`) and the open
+questions of the paper measured on `bot` (`bot_token_pool`: no 1/L_k weighting; `bot_ws*`: the local
+weight w_s; `bot_noisy`: a noisy local signal; `bot_floor`: a floor on the group std). The same seed is the
+same model initialisation and data order for every variant.
+
+Files (the results folder is committed; the runs' own directories are not):
+
+    results/runs/<task>/<variant>/s<seed>.csv   one row per training step: the metrics in CSV_COLUMNS
+    results/summary.csv                         per task x variant, mean and spread over seeds
+    results/figures/<task>_<metric>.png         mean curve per variant, min-max band over seeds
+
+`report` also rewrites the README's block between `<!-- compare:begin -->` and `<!-- compare:end -->`
+with the summary table, so the README's numbers are the committed CSVs' (a test checks it).
+
+Summary columns: steps to threshold (the first step at which the trailing `WINDOW`-step mean of the task's
+metric reaches its threshold; a run that never does counts as steps + 1 and is marked '>'), the final value
+(mean over the last `FINAL` steps) of G and of the solved rate, and the mean step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+WINDOW = 3
+FINAL = 5
+BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
+
+# CSV column -> verl metric (file logger); missing metrics are left empty
+CSV_COLUMNS = {
+    "score": "reward/score/mean",  # mean G of the step's rollouts
+    "acc": "reward/acc/mean",  # share solved (toy_lint: no forbidden character; toy_math: correct answer)
+    "scorer_failed": "reward/scorer_failed/mean",
+    "response_length": "response_length/mean",
+    "adv_abs_max": "bot/adv_abs_max",
+    "step_time_s": "timing_s/step",
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    """A CPU task of recipes/cpu_train.sh (`TASK=`) and what counts as reaching it."""
+
+    metric: str  # a CSV column
+    threshold: float
+
+
+TASKS = {
+    "toy_lint": Task("score", 0.9),
+    "toy_math": Task("acc", 0.5),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One algorithm setting: `ALGO` of recipes/cpu_train.sh, extra environment, extra Hydra overrides."""
+
+    algo: str
+    env: dict[str, str] = field(default_factory=dict)
+    overrides: tuple[str, ...] = ()
+    what: str = ""
+
+
+VARIANTS = {
+    "bot": Variant("bot", what="BoT-GRPO (the paper)"),
+    "grpo": Variant("grpo", what="GRPO on G only"),
+    "gspo": Variant("gspo", what="GSPO (sequence ratio) on G only"),
+    "dapo": Variant("dapo", what="DAPO: clip-higher, dynamic sampling on the outcome, token-mean"),
+    "pure": Variant("pure", what="PURE, min-form credit on the local signal per step"),
+    "pass": Variant("pass", what="PASS (reconstructed)"),
+    "reco": Variant("reco", what="ReCo (reconstructed)"),
+    "vps": Variant("vps", what="GRPO-VPS (reconstructed)"),
+    "grail": Variant("grail", what="GRAIL (the authors' rules)"),
+    "bot_token_pool": Variant(
+        "bot", overrides=("+algorithm.bot_length_weighting=false",), what="bot without the 1/L_k weighting"
+    ),
+    "bot_ws0.1": Variant("bot", env={"W_LOCAL": "0.1"}, what="bot, w_s = 0.1"),
+    "bot_ws0.5": Variant("bot", env={"W_LOCAL": "0.5"}, what="bot, w_s = 0.5"),
+    "bot_ws1.0": Variant("bot", env={"W_LOCAL": "1.0"}, what="bot, w_s = 1.0"),
+    "bot_noisy": Variant("bot", env={"LOCAL_NOISE": "flip=0.3"}, what="bot, 30% of the local spans flipped"),
+    "bot_floor": Variant("bot", overrides=("+algorithm.bot_std_floor=0.05",), what="bot, group std floor 0.05"),
+}
+MAIN = ["bot", "grpo", "gspo", "dapo", "pure", "pass", "reco", "vps", "grail"]
+OPEN_QUESTIONS = ["bot_token_pool", "bot_ws0.1", "bot_ws0.5", "bot_ws1.0", "bot_noisy", "bot_floor"]
+
+
+# ------------------------------------------------------------------------------------------ running
+def csv_path(results: Path, task: str, variant: str, seed: int) -> Path:
+    return results / "runs" / task / variant / f"s{seed}.csv"
+
+
+def metrics_to_rows(metrics_file: Path) -> list[dict[str, str]]:
+    """verl's file-logger JSONL -> one CSV row per training step (columns `step` + CSV_COLUMNS)."""
+    rows = {}
+    for line in metrics_file.read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        data = record.get("data", {})
+        if "actor/pg_loss" not in data:  # validation-only records
+            continue
+        rows[int(record["step"])] = {"step": str(record["step"])} | {
+            column: (repr(float(data[key])) if key in data else "") for column, key in CSV_COLUMNS.items()
+        }
+    return [rows[step] for step in sorted(rows)]
+
+
+def write_csv(path: Path, rows: list[dict[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["step", *CSV_COLUMNS])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_csv(path: Path) -> list[dict[str, float | None]]:
+    with open(path, newline="") as fh:
+        return [{k: (float(v) if v not in ("", None) else None) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def run_one(task: str, name: str, seed: int, steps: int, results: Path, work: Path) -> Path:
+    """One recipes/cpu_train.sh run (skipped when its CSV already has `steps` rows); returns the CSV."""
+    target = csv_path(results, task, name, seed)
+    if target.exists() and len(read_csv(target)) >= steps:
+        return target
+    variant = VARIANTS[name]
+    out_dir = work / task / name / f"s{seed}"
+    env = {
+        **os.environ,
+        **variant.env,
+        "ALGO": variant.algo,
+        "TASK": task,
+        "SEED": str(seed),
+        "STEPS": str(steps),
+        "OUT_DIR": str(out_dir),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = out_dir / "run.log"
+    with open(log, "w") as fh:
+        cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), *variant.overrides]
+        proc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise SystemExit(f"{task} {name} seed {seed} failed (exit {proc.returncode}); see {log}")
+    write_csv(target, metrics_to_rows(out_dir / "metrics.jsonl"))
+    return target
+
+
+# ------------------------------------------------------------------------------------------ summary
+def steps_to_threshold(values: list[float], threshold: float, window: int = WINDOW) -> int | None:
+    """1-based step at which the trailing `window`-step mean first reaches `threshold`; None if never."""
+    for end in range(window, len(values) + 1):
+        if statistics.fmean(values[end - window : end]) >= threshold:
+            return end
+    return None
+
+
+def spread(values: list[float]) -> str:
+    """`mean ± std` over seeds (population std; one seed: no spread)."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.fmean(values):.2f} ± {statistics.pstdev(values):.2f}"
+
+
+def summarize(results: Path) -> list[dict[str, str]]:
+    """One row per (task, variant) with runs under `results/runs`, in TASKS then VARIANTS order."""
+    rows = []
+    for task, spec in TASKS.items():
+        for name in VARIANTS:
+            files = sorted((results / "runs" / task / name).glob("s*.csv"))
+            if not files:
+                continue
+            runs = [read_csv(f) for f in files]
+            steps = min(len(r) for r in runs)
+            reached = [steps_to_threshold([row[spec.metric] for row in r[:steps]], spec.threshold) for r in runs]
+
+            def final(column: str, runs=runs, steps=steps) -> str:
+                return spread([statistics.fmean(row[column] for row in r[steps - FINAL : steps]) for r in runs])
+
+            censored = [s if s is not None else steps + 1 for s in reached]
+            shown = spread([float(s) for s in censored])
+            if any(s is None for s in reached):
+                shown = f">{shown}" if all(s is None for s in reached) else f"{shown} ({reached.count(None)} censored)"
+            rows.append(
+                {
+                    "task": task,
+                    "variant": name,
+                    "seeds": str(len(runs)),
+                    "steps": str(steps),
+                    "threshold": f"{spec.metric} >= {spec.threshold}",
+                    "steps_to_threshold": shown,
+                    "final_score": final("score"),
+                    "final_acc": final("acc"),
+                    "step_time_s": spread([statistics.fmean(row["step_time_s"] for row in r[:steps]) for r in runs]),
+                }
+            )
+    return rows
+
+
+def write_summary(results: Path, rows: list[dict[str, str]]) -> None:
+    with open(results / "summary.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def summary_table(rows: list[dict[str, str]]) -> str:
+    """The summary as a Markdown table (the README's results block)."""
+    lines = [
+        "| task | variant | seeds | steps to threshold | final G | final solved | step time (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['task']} | {row['variant']} | {row['seeds']} | {row['steps_to_threshold']} "
+            f"({row['threshold']}) | {row['final_score']} | {row['final_acc']} | {row['step_time_s']} |"
+        )
+    note = (
+        f"Mean ± std over seeds. Steps to threshold: the first step whose trailing {WINDOW}-step mean reaches "
+        f"the threshold (never: steps + 1, 'censored'). Final: mean of the last {FINAL} steps."
+    )
+    return "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def readme_block(readme: str, table: str) -> str:
+    """`readme` with the text between the compare markers replaced by `table`."""
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    return readme[:start] + "\n" + table + readme[end:]
+
+
+def plot(results: Path) -> list[Path]:
+    """results/figures/<task>_<metric>.png: mean curve per variant with its min-max band over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    (results / "figures").mkdir(parents=True, exist_ok=True)
+    for task in TASKS:
+        for metric, label in (("score", "mean G"), ("acc", "solved rate")):
+            fig, ax = plt.subplots(figsize=(8, 4.5))
+            for name in VARIANTS:
+                files = sorted((results / "runs" / task / name).glob("s*.csv"))
+                if not files:
+                    continue
+                runs = [read_csv(f) for f in files]
+                steps = min(len(r) for r in runs)
+                xs = list(range(1, steps + 1))
+                values = [[r[i][metric] for r in runs] for i in range(steps)]
+                ax.plot(xs, [statistics.fmean(v) for v in values], label=name, lw=1.5)
+                ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.12)
+            ax.set(xlabel="training step", ylabel=label, title=f"{task}: {label} per step (mean, min-max over seeds)")
+            ax.legend(fontsize=7, ncol=2)
+            path = results / "figures" / f"{task}_{metric}.png"
+            fig.tight_layout()
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            out.append(path)
+    return out
+
+
+def report(results: Path, readme: Path | None = ROOT / "README.md") -> str:
+    """Summary CSV, figures and (when `readme` is given) the README's results block; returns the table."""
+    rows = summarize(results)
+    if not rows:
+        raise SystemExit(f"no runs under {results / 'runs'}")
+    write_summary(results, rows)
+    for path in plot(results):
+        print(f"figure: {path}")
+    table = summary_table(rows)
+    if readme is not None:
+        readme.write_text(readme_block(readme.read_text(), table))
+    print(table)
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train what is missing, then report")
+    run.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    run.add_argument("--variants", nargs="+", default=MAIN + OPEN_QUESTIONS, choices=list(VARIANTS))
+    run.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    run.add_argument("--steps", type=int, default=40)
+    run.add_argument("--work", default=str(ROOT / "outputs" / "compare"), help="the runs' own directories")
+    for p in (run, sub.add_parser("report", help="summary and figures from the CSVs alone")):
+        p.add_argument("--results", default=str(RESULTS))
+    args = parser.parse_args()
+    results = Path(args.results)
+    if args.command == "run":
+        for seed in args.seeds:
+            for task in args.tasks:
+                for name in args.variants:
+                    print(f"{task} {name} seed {seed} ({args.steps} steps) ...", flush=True)
+                    run_one(task, name, seed, args.steps, results, Path(args.work))
+    report(results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
