@@ -17,6 +17,10 @@
 #   pass: verl-bot's PASS on the streams local S_t (process), solved (outcome) and format (0: toy_lint has none)
 #   reco: ReCo on G only: verl's grpo advantage x response weights (reco estimator) and the variance-ratio
 #         loss (reco policy loss), with 4 PPO mini-batches per step so that the token part acts
+#   gspo: verl's gspo policy loss (sequence ratio, the GSPO paper's clip ranges) with grpo on G only
+#   dapo: verl's grpo on G only with DAPO's clip-higher (0.2/0.28), dynamic sampling on the outcome (acc: groups
+#         whose rollouts are all solved or all unsolved are dropped and refilled), token-mean loss and overlong
+#         shaping (cache zone: a quarter of the response length), as in recipes/common.sh
 #
 # The CPU-only overrides live in verl_bot/cpu/overrides.txt (read by recipes/cpu_overrides.sh).
 set -xeuo pipefail
@@ -99,8 +103,33 @@ case "${ALGO}" in
             +reward.reward_kwargs.bot.token_level=false
         )
         ;;
+    gspo)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=grpo
+            actor_rollout_ref.actor.policy_loss.loss_mode=gspo
+            actor_rollout_ref.actor.clip_ratio_low=3e-4
+            actor_rollout_ref.actor.clip_ratio_high=4e-4
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+            +reward.reward_kwargs.bot.token_level=false
+        )
+        ;;
+    dapo)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=grpo
+            actor_rollout_ref.actor.clip_ratio_low=0.2
+            actor_rollout_ref.actor.clip_ratio_high=0.28
+            actor_rollout_ref.actor.loss_agg_mode=token-mean
+            algorithm.filter_groups.enable=True
+            algorithm.filter_groups.metric=acc
+            +reward.reward_kwargs.bot.token_level=false
+            +reward.reward_kwargs.overlong_buffer_cfg.enable=True
+            "+reward.reward_kwargs.overlong_buffer_cfg.len=$((RESPONSE_LENGTH / 4))"
+            +reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0
+            "+reward.reward_kwargs.max_resp_len=${RESPONSE_LENGTH}"
+        )
+        ;;
     *)
-        echo "cpu_train.sh: ALGO must be bot, grpo, pure, pass or reco, got '${ALGO}'" >&2
+        echo "cpu_train.sh: ALGO must be bot, grpo, gspo, dapo, pure, pass or reco, got '${ALGO}'" >&2
         exit 2
         ;;
 esac
