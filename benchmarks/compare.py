@@ -65,18 +65,20 @@ class Task:
 
 TASKS = {
     "toy_lint": Task("score", 0.9),
-    "toy_math": Task("acc", 0.5),
+    "toy_math": Task("acc", 0.6),
 }
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One algorithm setting: `ALGO` of recipes/cpu_train.sh, extra environment, extra Hydra overrides."""
+    """One algorithm setting: `ALGO` of recipes/cpu_train.sh, extra environment, extra Hydra overrides
+    (`{task}` in an override is the task's name, which is also its data_source)."""
 
     algo: str
     env: dict[str, str] = field(default_factory=dict)
     overrides: tuple[str, ...] = ()
     what: str = ""
+    tasks: tuple[str, ...] = ("toy_lint", "toy_math")  # vps, grail: only where there is an answer
 
 
 VARIANTS = {
@@ -86,19 +88,24 @@ VARIANTS = {
     "dapo": Variant("dapo", what="DAPO: clip-higher, dynamic sampling on the outcome, token-mean"),
     "pure": Variant("pure", what="PURE, min-form credit on the local signal per step"),
     "pass": Variant("pass", what="PASS (reconstructed)"),
-    "reco": Variant("reco", what="ReCo (reconstructed)"),
-    "vps": Variant("vps", what="GRPO-VPS (reconstructed)"),
-    "grail": Variant("grail", what="GRAIL (the authors' rules)"),
+    "reco": Variant("reco", what="ReCo (reconstructed), 4 PPO mini-batches per step"),
+    "grpo_mb4": Variant("grpo", env={"MINI_BATCHES": "4"}, what="GRPO with reco's 4 mini-batches per step"),
+    "vps": Variant("vps", what="GRPO-VPS (reconstructed)", tasks=("toy_math",)),
+    "grail": Variant("grail", what="GRAIL (the authors' rules)", tasks=("toy_math",)),
     "bot_token_pool": Variant(
         "bot", overrides=("+algorithm.bot_length_weighting=false",), what="bot without the 1/L_k weighting"
     ),
     "bot_ws0.1": Variant("bot", env={"W_LOCAL": "0.1"}, what="bot, w_s = 0.1"),
     "bot_ws0.5": Variant("bot", env={"W_LOCAL": "0.5"}, what="bot, w_s = 0.5"),
     "bot_ws1.0": Variant("bot", env={"W_LOCAL": "1.0"}, what="bot, w_s = 1.0"),
-    "bot_noisy": Variant("bot", env={"LOCAL_NOISE": "flip=0.3"}, what="bot, 30% of the local spans flipped"),
+    "bot_noisy": Variant(
+        "bot",
+        overrides=("+reward.reward_kwargs.bot.scorers.{task}='builtin:{task}?flip=0.3&seed=0'",),
+        what="bot, 30% of the local spans flipped in sign",
+    ),
     "bot_floor": Variant("bot", overrides=("+algorithm.bot_std_floor=0.05",), what="bot, group std floor 0.05"),
 }
-MAIN = ["bot", "grpo", "gspo", "dapo", "pure", "pass", "reco", "vps", "grail"]
+MAIN = ["bot", "grpo", "gspo", "dapo", "pure", "pass", "reco", "grpo_mb4", "vps", "grail"]
 OPEN_QUESTIONS = ["bot_token_pool", "bot_ws0.1", "bot_ws0.5", "bot_ws1.0", "bot_noisy", "bot_floor"]
 
 
@@ -155,7 +162,7 @@ def run_one(task: str, name: str, seed: int, steps: int, results: Path, work: Pa
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "run.log"
     with open(log, "w") as fh:
-        cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), *variant.overrides]
+        cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), *(o.format(task=task) for o in variant.overrides)]
         proc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise SystemExit(f"{task} {name} seed {seed} failed (exit {proc.returncode}); see {log}")
@@ -309,9 +316,11 @@ def main() -> None:
         for seed in args.seeds:
             for task in args.tasks:
                 for name in args.variants:
+                    if task not in VARIANTS[name].tasks:
+                        continue
                     print(f"{task} {name} seed {seed} ({args.steps} steps) ...", flush=True)
                     run_one(task, name, seed, args.steps, results, Path(args.work))
-    report(results)
+    report(results, readme=ROOT / "README.md" if results.resolve() == RESULTS.resolve() else None)
 
 
 if __name__ == "__main__":

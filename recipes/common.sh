@@ -5,7 +5,7 @@
 # MODEL_OVERRIDES (model-specific Hydra overrides), sources this file, then calls `vb_main "$@"`.
 # Everything below is a ${VAR:-default} too: any of it can be set in the environment.
 #
-#   ALGO=bot|grpo|gspo|dapo|pure|pass|vps   the algorithm (recipes/README.md: what each one sets; vps: AIME only)
+#   ALGO=bot|grpo|gspo|dapo|pure|pass|reco|vps   the algorithm (recipes/README.md: what each one sets; vps: AIME only)
 #   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; needs no data,
 #                  reward server, judge or GPU: a missing data file or model directory is one "recipe:"
 #                  line on stderr (a real launch stops there), the server/judge/GPU checks are skipped
@@ -31,6 +31,10 @@ SERVER_START_TIMEOUT_S=${SERVER_START_TIMEOUT_S:-180}   # React warms Node worke
 JUDGE_API_KEY_ENV=${JUDGE_API_KEY_ENV:-OPENAI_API_KEY}   # NAME of the env var holding the judges' API key
 W_GLOBAL=${W_GLOBAL:-1.0}                                # w_g (paper: 1)
 REWARD_TIMEOUT_S=${REWARD_TIMEOUT_S:-300}                # per scorer call (judges make React slow)
+RECO_MINI_BATCHES=${RECO_MINI_BATCHES:-4}   # ALGO=reco: PPO updates per step (as verl's defaults 1024/256)
+if [[ "${ALGO}" == reco ]]; then   # ReCo's token ratio is 1 on a step's first update: it needs several
+    PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-$((TRAIN_BATCH_SIZE / RECO_MINI_BATCHES))}
+fi
 PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-${TRAIN_BATCH_SIZE}}   # our choice: one update per step (on-policy)
 KL_LOSS_COEF=${KL_LOSS_COEF:-0}          # our choice: no KL term (not stated in the paper); >0 turns the KL loss on
 TEMPERATURE=${TEMPERATURE:-1.0}          # rollout sampling temperature (verl default)
@@ -72,6 +76,8 @@ VPS_MAX_CUTS=${VPS_MAX_CUTS:-8}                    # probes per rollout = cuts +
 VPS_MIN_GAP=${VPS_MIN_GAP:-64}                     # tokens between cuts
 VPS_CUT_QUANTILE=${VPS_CUT_QUANTILE:-0.1}          # cut candidates: the top 10% surprisal tokens
 VPS_SPACE=${VPS_SPACE:-prob}                       # progress of p(answer) (prob) or of log p (log)
+RECO_W_MAX=${RECO_W_MAX:-5.0}                      # ReCo: clip of the response weights (a reimplementation's 5)
+RECO_PI=${RECO_PI:-self}                           # ReCo: sequence probability normalized within the group (ours)
 # Token-credit report (verl_bot/token_records.py): steps whose exact tokens, rewards and advantages are recorded
 # in ${OUT_DIR}/token_records (e.g. "1,-1": the first and the last; empty: none), and how many prompts per step.
 # Then: python -m verl_bot.eval.training_report --run bot=OUT_DIR_BOT --run grpo=OUT_DIR_GRPO --out DIR
@@ -242,8 +248,21 @@ vb_algo_overrides() {
                 "+algorithm.pass_op=${PASS_OP}"
             )
             ;;
+        reco)
+            # ReCo: GRPO's advantage on G times response weights 1/(K pi_hat) (verl-bot's `reco` estimator)
+            # and the Bernoulli-variance ratio as a token coefficient on verl's PPO loss (`reco` loss); the
+            # same loss aggregation as grpo (our choice). RECO_MINI_BATCHES updates per step.
+            ALGO_OVERRIDES=(
+                algorithm.adv_estimator=reco
+                actor_rollout_ref.actor.policy_loss.loss_mode=reco
+                actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+                +reward.reward_kwargs.bot.token_level=false
+                "+algorithm.reco_w_max=${RECO_W_MAX}"
+                "+algorithm.reco_pi=${RECO_PI}"
+            )
+            ;;
         *)
-            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, pass, vps; got '${ALGO}'"
+            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, pass, reco, vps; got '${ALGO}'"
             ;;
     esac
 }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One run of verl 0.9.1's real PPO trainer on a CPU-only machine: a tiny Qwen2-style model
-# (built locally, no hub) learns a CPU task with ALGO=bot, grpo, pure, pass or vps:
+# (built locally, no hub) learns a CPU task with one of the ALGOs listed below:
 #
 #   TASK=toy_lint (default; toy_math for ALGO=vps, which needs ground-truth answers): a global score plus
-#       penalties on spans of the response (the shape of the
-#       React reward's ESLint part); a randomly initialised model.
+#       penalties on spans of the response (the shape of the React reward's ESLint part); a randomly
+#       initialised model.
 #   TASK=toy_math: integer arithmetic chains in the AIME step format, scored like AIME (Eq. 8, rule-based
 #       step judge with error propagation); the model is warm-started on worked solutions with wrong steps
 #       (python -m verl_bot.cpu.tiny_model DIR --warm-start toy_math).
@@ -16,6 +16,12 @@
 #   grpo: verl's grpo on the same global score G only (scalar on the last token), as in the paper
 #   pure: verl-bot's PURE on the bot manager's reward streams (local S_t per step, solved at EOS)
 #   pass: verl-bot's PASS on the streams local S_t (process), solved (outcome) and format (0: toy_lint has none)
+#   reco: ReCo on G only: verl's grpo advantage x response weights (reco estimator) and the variance-ratio
+#         loss (reco policy loss), with 4 PPO mini-batches per step so that the token part acts
+#   gspo: verl's gspo policy loss (sequence ratio, the GSPO paper's clip ranges) with grpo on G only
+#   dapo: verl's grpo on G only with DAPO's clip-higher (0.2/0.28), dynamic sampling on the outcome (acc: groups
+#         whose rollouts are all solved or all unsolved are dropped and refilled), token-mean loss and overlong
+#         shaping (cache zone: a quarter of the response length), as in recipes/common.sh
 #   vps : verl-bot's GRPO-VPS: GRPO on G plus the progress of the model's belief in the correct answer,
 #         probed on the hf rollout server by the vps_single_turn agent loop (needs ground-truth answers)
 #
@@ -55,6 +61,8 @@ DATA_DIR=${DATA_DIR:-${ROOT}/outputs/${TASK}_data}
 TRAIN_BATCH=${TRAIN_BATCH:-8}      # prompts per step
 ROLLOUT_N=${ROLLOUT_N:-4}          # rollouts per prompt (the group)
 TIMEOUT_S=${TIMEOUT_S:-900}
+MINI_BATCHES=${MINI_BATCHES:-$([[ "${ALGO}" == reco ]] && echo 4 || echo 1)}   # PPO updates per step
+MINI_BATCH=$((TRAIN_BATCH / MINI_BATCHES))   # prompts per update; one micro-batch per update
 
 # shellcheck source=recipes/cpu_overrides.sh
 source "${ROOT}/recipes/cpu_overrides.sh"
@@ -90,6 +98,39 @@ case "${ALGO}" in
             actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
         )
         ;;
+    reco)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=reco
+            actor_rollout_ref.actor.policy_loss.loss_mode=reco
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+            +reward.reward_kwargs.bot.token_level=false
+        )
+        ;;
+    gspo)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=grpo
+            actor_rollout_ref.actor.policy_loss.loss_mode=gspo
+            actor_rollout_ref.actor.clip_ratio_low=3e-4
+            actor_rollout_ref.actor.clip_ratio_high=4e-4
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+            +reward.reward_kwargs.bot.token_level=false
+        )
+        ;;
+    dapo)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=grpo
+            actor_rollout_ref.actor.clip_ratio_low=0.2
+            actor_rollout_ref.actor.clip_ratio_high=0.28
+            actor_rollout_ref.actor.loss_agg_mode=token-mean
+            algorithm.filter_groups.enable=True
+            algorithm.filter_groups.metric=acc
+            +reward.reward_kwargs.bot.token_level=false
+            +reward.reward_kwargs.overlong_buffer_cfg.enable=True
+            "+reward.reward_kwargs.overlong_buffer_cfg.len=$((RESPONSE_LENGTH / 4))"
+            +reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0
+            "+reward.reward_kwargs.max_resp_len=${RESPONSE_LENGTH}"
+        )
+        ;;
     vps)
         # cuts for responses of tens of tokens (the GPU recipes' 64-token gap is for thousands)
         ALGO_OVERRIDES=(
@@ -103,7 +144,7 @@ case "${ALGO}" in
         )
         ;;
     *)
-        echo "cpu_train.sh: ALGO must be bot, grpo, pure, pass or vps, got '${ALGO}'" >&2
+        echo "cpu_train.sh: ALGO must be bot, grpo, gspo, dapo, pure, pass, reco or vps, got '${ALGO}'" >&2
         exit 2
         ;;
 esac
@@ -124,8 +165,8 @@ RUN_OVERRIDES=(
     "data.seed=${SEED}"
     "actor_rollout_ref.model.path=${MODEL_DIR}"
     "actor_rollout_ref.rollout.n=${ROLLOUT_N}"
-    "actor_rollout_ref.actor.ppo_mini_batch_size=${TRAIN_BATCH}"
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32
+    "actor_rollout_ref.actor.ppo_mini_batch_size=${MINI_BATCH}"
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$((MINI_BATCH * ROLLOUT_N))"
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
     actor_rollout_ref.actor.use_kl_loss=False

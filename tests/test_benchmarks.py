@@ -1,5 +1,6 @@
 """The benchmarks stay runnable (tiny sizes; the figures themselves come from full runs, not from tests)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,24 @@ def test_vps_cost_averages_the_steps_after_the_warm_up(tmp_path):
     metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     means = step_means(metrics, ("timing_s/step", "timing_s/gen", "vps/probe_time_s"), skip=1)
     assert means == {"timing_s/step": 5.0, "timing_s/gen": 2.5}  # step 1 left out; a missing metric too
+
+
+def test_validation_passk_groups_a_dump_by_prompt(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from sample_efficiency import validation_dumps, validation_passk
+
+    assert validation_dumps(tmp_path) == {}
+    # two prompts with the same text (verl's uid tells them apart), 4 samples each
+    rows = [("u1", True), ("u1", False), ("u1", False), ("u1", False)] + [("u2", False)] * 4
+    dumps = tmp_path / "validation"
+    dumps.mkdir()
+    (dumps / "3.jsonl").write_text("")
+    lines = [
+        json.dumps({"input": "same text", "uid": f"{uid}_{i}_0", "solved": solved, "score": 0.0})
+        for i, (uid, solved) in enumerate(rows)
+    ]
+    (dumps / "12.jsonl").write_text("\n".join(lines) + "\n")
+    assert list(validation_dumps(tmp_path)) == [3, 12]  # step order, not name order
+    table = validation_passk(validation_dumps(tmp_path)[12], ks=[1, 2, 4])
+    # u1: 1 of 4 solved -> pass@1 1/4, pass@2 1 - C(3,2)/C(4,2) = 1/2, pass@4 1; u2: none solved -> 0
+    assert table == {"pass@1": 0.125, "pass@2": 0.25, "pass@4": 0.5}

@@ -393,7 +393,8 @@ def test_bot_two_steps_on_cpu(workdir):
     steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
     assert sorted(steps) == [1, 2], metrics
     for step, data in steps.items():
-        assert data["training/rollout_probs_diff_mean"] < 1e-3, (step, data["training/rollout_probs_diff_mean"])
+        # fp32 on both sides (verl_bot/cpu/overrides.txt): the rollout samples with exactly the actor's weights
+        assert data["training/rollout_probs_diff_mean"] < 1e-6, (step, data["training/rollout_probs_diff_mean"])
         assert data["actor/grad_norm"] > 0, (step, data["actor/grad_norm"])
         assert "actor/kl_loss" in data, sorted(data)
         for key in ("reward/score/mean", "reward/acc/mean", "reward/scorer_failed/mean", "bot/adv_abs_max"):
@@ -410,16 +411,20 @@ def test_bot_two_steps_on_cpu(workdir):
         assert any(r["nonzero_before_last"] > 0 for r in rows), rows
         assert any(r["distinct"] >= 2 for r in rows), "no local (span) penalties in any row: " + str(rows)
 
-    # the step's advantages: bot_advantage over the rollouts whose scorer answered; 0 where it failed
+    # the step's advantages: bot_advantage over the rollouts whose scorer answered; 0 where it failed, and 0 in a
+    # group that failures left with a single rollout (nothing to compare it with)
     advantage_steps = [c["rows"] for c in calls if c.get("step") == "advantage"]
     assert len(advantage_steps) == 2
     failed_seen = 0
     for rows in advantage_steps:
         failed_seen += sum(r["failed"] for r in rows)
+        had_failure = {r["uid"] for r in rows if r["failed"]}
+        survivors = {u: sum(1 for r in rows if r["uid"] == u and not r["failed"]) for u in had_failure}
+        lone = {u for u, n in survivors.items() if n == 1}
         for r in rows:
-            if r["failed"]:
+            if r["failed"] or r["uid"] in lone:
                 assert not any(r["advantages"]), r
-        valid = [r for r in rows if not r["failed"]]
+        valid = [r for r in rows if not r["failed"] and r["uid"] not in lone]
         width = max(len(r["rewards"]) for r in valid)
         rewards = torch.zeros(len(valid), width)
         mask = torch.zeros(len(valid), width)

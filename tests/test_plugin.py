@@ -19,6 +19,11 @@ print("estimator", get_adv_estimator_fn("pass").__module__)
 print("estimator", get_adv_estimator_fn("vps").__module__)
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 print("agent_loop", _agent_loop_registry["vps_single_turn"]["_target_"])
+print("estimator", get_adv_estimator_fn("reco").__module__)
+from verl.trainer.ppo.core_algos import get_policy_loss_fn
+print("loss", get_policy_loss_fn("reco").__module__)
+import verl.workers.engine_workers
+print("ppo_loss", getattr(verl.workers.engine_workers.ppo_loss, "__verl_bot_hook__", False))
 print("manager", get_reward_manager_cls("bot").__name__)
 print("patched", getattr(AgentLoopOutput.as_dict, "__verl_bot_hook__", False))
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
@@ -36,6 +41,9 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
     assert "estimator verl_bot.advantage.pass_" in proc.stdout
     assert "estimator verl_bot.advantage.vps" in proc.stdout
     assert "agent_loop verl_bot.agent_loop.VPSAgentLoop" in proc.stdout
+    assert "estimator verl_bot.advantage.reco" in proc.stdout
+    assert "loss verl_bot.losses.reco" in proc.stdout
+    assert "ppo_loss True" in proc.stdout
     assert "streams True" in proc.stdout
     assert "manager BoTRewardManager" in proc.stdout
     assert "patched True" in proc.stdout
@@ -46,8 +54,9 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
 def test_register_is_idempotent():
     first = plugin.register()
     assert plugin.register() is first
-    assert first["adv_estimators"] == ["bot", "pass", "pure", "vps"] and first["reward_managers"] == ["bot"]
+    assert first["adv_estimators"] == ["bot", "pass", "pure", "reco", "vps"] and first["reward_managers"] == ["bot"]
     assert first["agent_loops"] == ["vps_single_turn"]
+    assert first["policy_losses"] == ["reco"]
 
 
 def test_version_mismatch_fails_loudly(monkeypatch):

@@ -32,7 +32,7 @@ from verl_bot import token_records
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["react_qwen", "react_smollm", "react_phi", "aime_qwen", "aime_smollm", "aime_phi"]
-ALGOS = ["bot", "grpo", "gspo", "dapo", "pure", "pass"]
+ALGOS = ["bot", "grpo", "gspo", "dapo", "pure", "pass", "reco"]
 MODELS = {
     "qwen": "Qwen/Qwen2.5-3B-Instruct",
     "smollm": "HuggingFaceTB/SmolLM3-3B",
@@ -171,6 +171,7 @@ EXPECTED = {
     "pure": ("pure", "seq-mean-token-mean", "vanilla", 0.2, 0.2, True),
     "pass": ("pass", "seq-mean-token-mean", "vanilla", 0.2, 0.2, True),
     "vps": ("vps", "seq-mean-token-mean", "vanilla", 0.2, 0.2, False),
+    "reco": ("reco", "seq-mean-token-mean", "reco", 0.2, 0.2, False),
 }
 TASK_ALGOS = {"react": ALGOS, "aime": [*ALGOS, "vps"]}  # vps needs one correct answer per prompt
 
@@ -236,6 +237,10 @@ def test_every_algo_composes_and_validates(name, data, slow):
             assert {k for k in cfg.algorithm if str(k).startswith("pass_")} == {
                 "pass_format_coef", "pass_process_coef", "pass_dead_zone", "pass_min_chunk", "pass_density", "pass_op"
             }
+        # one on-policy update per step, but ReCo's token ratio needs several (4)
+        assert actor.ppo_mini_batch_size == cfg.data.train_batch_size // (4 if algo == "reco" else 1)
+        if algo == "reco":
+            assert cfg.algorithm.reco_w_max == 5.0 and cfg.algorithm.reco_pi == "self"
         if model_tag == "smollm":
             assert cfg.data.apply_chat_template_kwargs.enable_thinking is False
         assert cfg.trainer.experiment_name == f"{name}_{algo}_s0"
@@ -245,7 +250,9 @@ def test_every_algo_composes_and_validates(name, data, slow):
         # verl's own algorithm keys make a valid AlgoConfig (verl-bot's `+algorithm.pure_*` knobs are extra keys,
         # which verl's trainer passes through: it never converts `algorithm` to the dataclass)
         verl_keys = {
-            k: v for k, v in cfg.algorithm.items() if not str(k).startswith(("pure_", "bot_", "pass_", "vps_"))
+            k: v
+            for k, v in cfg.algorithm.items()
+            if not str(k).startswith(("pure_", "bot_", "pass_", "reco_", "vps_"))
         }
         omega_conf_to_dataclass(OmegaConf.create(verl_keys), dataclass_type=AlgoConfig)
         get_adv_estimator_fn(cfg.algorithm.adv_estimator)
@@ -292,7 +299,7 @@ def test_env_settings_reach_the_config(data, slow):
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure, pass, vps; got 'ppo'"),
+        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure, pass, reco, vps; got 'ppo'"),
         ({"MODEL_PATH": "/nonexistent/model"}, "recipe: MODEL_PATH=/nonexistent/model: no such model directory"),
         ({"MODEL_PATH": "not a model"}, "recipe: MODEL_PATH=not a model is neither a local model directory nor"),
         ({"TRAIN_FILES": "/nonexistent/train.parquet"}, "recipe: TRAIN_FILES: /nonexistent/train.parquet does not"),

@@ -359,7 +359,7 @@ def test_toy_math_through_verls_reward_loop_with_streams_and_noise(tiny_model_di
     noisy = asyncio.run(noisy_worker.compute_score_batch(data))
     assert [o["reward_extra_info"]["solved"] for o in clean] == [1.0, 0.0, 0.0]
     assert [o["reward_extra_info"]["score"] for o in clean] == pytest.approx([3.2, 0.2, -1.0])
-    keys = {"score", "answer", "format", "scorer_failed", "scorer_error", "scorer_error_msg", "solved", "acc", "flags"}
+    keys = {"score", "answer", "format", "scorer_failed", "scorer_error", "scorer_error_msg", "flags", "solved", "acc"}
     assert set(clean[0]["reward_extra_info"]) == keys
     for out, ids, text in zip(clean, rows, responses, strict=True):
         streams = out["reward_score"]["streams"]

@@ -11,6 +11,12 @@ context while verl's own `_compute_advantage` runs; an estimator reads them with
 Estimators also report diagnostics here (`report_metrics`); the same hook adds
 them to the step's metrics. Outside a training step (unit tests, scripts) there
 is no context: `current()` is None and `report_metrics` does nothing.
+
+Policy losses have a context of their own, on the worker side: verl passes a
+registered loss only tensors and the actor's config (a dataclass that refuses
+unknown keys), so the trainer ships a verl-bot loss's settings with the update
+(`verl_bot.hooks.update_actor`) and the worker makes them active around verl's
+`ppo_loss` (`verl_bot.hooks.ppo_loss`); the loss reads them with `loss_settings()`.
 """
 
 from __future__ import annotations
@@ -69,3 +75,23 @@ def report_metrics(values: Mapping[str, Any]) -> None:
     ctx = _active.get()
     if ctx is not None:
         ctx.metrics.update({name: float(v) for name, v in values.items()})
+
+
+_loss_settings: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "verl_bot_loss_settings", default=None
+)
+
+
+@contextlib.contextmanager
+def use_loss_settings(settings: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """Make `settings` (knob name -> value) what `loss_settings()` returns inside the block."""
+    token = _loss_settings.set(settings)
+    try:
+        yield settings
+    finally:
+        _loss_settings.reset(token)
+
+
+def loss_settings() -> Mapping[str, Any] | None:
+    """The settings the trainer shipped with this actor update, or None (no verl-bot loss, or outside verl)."""
+    return _loss_settings.get()

@@ -31,11 +31,11 @@ def _ensure_logging() -> None:
 
 
 def register() -> dict[str, list[str]]:
-    """Register verl-bot's estimators, reward managers and hooks in verl. Idempotent.
+    """Register verl-bot's estimators, policy losses, reward managers, agent loops and hooks in verl. Idempotent.
 
-    Returns what was registered, by kind: `{"cpu": [...], "adv_estimators": [...], "reward_managers": [...],
-    "agent_loops": [...], "hooks": [...]}` (`cpu` is empty unless the CPU backend was selected with
-    `VERL_PLATFORM=cpu`).
+    Returns what was registered, by kind: `{"cpu": [...], "adv_estimators": [...], "policy_losses": [...],
+    "reward_managers": [...], "agent_loops": [...], "hooks": [...]}` (`cpu` is empty unless the CPU backend
+    was selected with `VERL_PLATFORM=cpu`).
     """
     global _registered
     if _registered is not None:
@@ -50,21 +50,25 @@ def register() -> dict[str, list[str]]:
     from verl_bot.advantage import register_estimators
     from verl_bot.agent_loop import register_agent_loops
     from verl_bot.cpu import register_cpu_backend
+    from verl_bot.losses import register_losses
     from verl_bot.rewards.manager import register_reward_managers
 
     registered = {
         "cpu": register_cpu_backend(),  # [] unless VERL_PLATFORM=cpu (see verl_bot/cpu/__init__.py)
         "adv_estimators": register_estimators(),
+        "policy_losses": register_losses(),
         "reward_managers": register_reward_managers(),
         "agent_loops": register_agent_loops(),
         "hooks": hooks.install(),
     }
     _registered = registered
     logger.info(
-        "registered in verl %s (pid %d): adv_estimator=%s reward_manager=%s agent_loop=%s hooks=%s cpu_backend=%s",
+        "registered in verl %s (pid %d): adv_estimator=%s policy_loss=%s reward_manager=%s agent_loop=%s hooks=%s "
+        "cpu_backend=%s",
         SUPPORTED_VERL,
         os.getpid(),
         ",".join(registered["adv_estimators"]),
+        ",".join(registered["policy_losses"]),
         ",".join(registered["reward_managers"]),
         ",".join(registered["agent_loops"]),
         ",".join(registered["hooks"]),

@@ -29,23 +29,33 @@ Refused:
   ground-truth answer (`reward_model.ground_truth`) to probe for;
 - for any run: token-report knobs that cannot work (`algorithm.token_report_steps`
   outside the run, `token_report_groups` < 0; `verl_bot.token_records`).
+- ReCo (`adv_estimator=reco` or `policy_loss.loss_mode=reco`): an unknown
+  `+algorithm.reco_*` key or a bad value, and the `reco` loss with verl's
+  distillation (whose loss does not receive the knobs). The `reco` loss with one
+  mini-batch and one epoch per step is not refused but warned about: its token
+  weight is 1 on the first mini-batch of every step, so it changes nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from typing import Any
 
 from verl_bot import token_records
 from verl_bot.advantage import estimator_spec
+from verl_bot.advantage import reco as reco_weights
 from verl_bot.advantage.vps import AGENT_LOOP
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.reward_functions import default_knows, function_config
+from verl_bot.losses import loss_name
+from verl_bot.losses import reco as reco_loss
 from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 BROADCAST_KEY = "bot_broadcast_scalar"
+logger = logging.getLogger("verl_bot")
 
 
 def _files(spec: Any) -> list[str]:
@@ -107,8 +117,11 @@ def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> 
     return (
         f"adv_estimator={estimator} needs a reward on every token, but {where} gives one scalar per response "
         "(on its last token); set reward.reward_manager.name=bot with +reward.reward_kwargs.bot.token_level=true"
-        + (", or +algorithm.bot_broadcast_scalar=true to spread each scalar over its tokens" if estimator == "bot"
-           else "")
+        + (
+            ", or +algorithm.bot_broadcast_scalar=true to spread each scalar over its tokens"
+            if estimator == "bot"
+            else ""
+        )
     )
 
 
@@ -147,6 +160,41 @@ def _vps_problem(config: Any) -> str | None:
     return None
 
 
+def _reco_problem(config: Any, estimator: str) -> str | None:
+    """What is wrong with a run's ReCo settings (None when fine or ReCo is off); warns when its loss is inert.
+
+    The estimator's knobs are checked with the other estimators' (`EstimatorSpec.options`); here the names of
+    both halves' knobs, and the loss's.
+    """
+    actor = (config.get("actor_rollout_ref") or {}).get("actor") or {}
+    loss_on = loss_name(config) == "reco"
+    if estimator != "reco" and not loss_on:
+        return None
+    algorithm = config.get("algorithm") or {}
+    knobs = (*reco_weights.KNOBS, *reco_loss.KNOBS)
+    unknown = sorted(str(k) for k in algorithm if str(k).startswith("reco_") and k not in knobs)
+    if unknown:
+        return f"unknown ReCo setting(s) algorithm.{', algorithm.'.join(unknown)}; known: {', '.join(sorted(knobs))}"
+    if not loss_on:
+        return None
+    reco_loss.ratio_options(algorithm, float(actor.get("clip_ratio_c", 3.0)))
+    if (config.get("distillation") or {}).get("enabled", False):
+        return (
+            "policy_loss.loss_mode=reco with distillation.enabled=true: verl's distillation loss does not pass "
+            "verl-bot's loss settings on; use the reco estimator with the vanilla loss, or switch distillation off"
+        )
+    mini, batch = actor.get("ppo_mini_batch_size"), (config.get("data") or {}).get("train_batch_size")
+    if int(actor.get("ppo_epochs", 1)) == 1 and mini is not None and batch is not None and int(mini) >= int(batch):
+        logger.warning(
+            "policy_loss.loss_mode=reco with one mini-batch (ppo_mini_batch_size=%s >= data.train_batch_size=%s) "
+            "and ppo_epochs=1: the variance ratio is 1 on the first mini-batch of a step, so the reco loss is "
+            "verl's vanilla loss here; lower ppo_mini_batch_size or raise ppo_epochs for it to act",
+            mini,
+            batch,
+        )
+    return None
+
+
 def check_config(config: Any) -> None:
     """Raise `VerlBotConfigError` (one line) for the first thing in `config` that cannot work with verl-bot."""
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
@@ -155,13 +203,16 @@ def check_config(config: Any) -> None:
     problem = token_records.config_problem(config.algorithm, config.trainer.get("total_training_steps"))
     if problem:
         raise VerlBotConfigError(problem)
-    if spec is None and not bot_manager:
+    if spec is None and not bot_manager and loss_name(config) is None:
         return
     if not config.trainer.get("use_v1", True):
         raise VerlBotConfigError(
             "verl-bot needs verl's v1 trainer (trainer.use_v1=true, the default): the legacy trainer bypasses "
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
+    problem = _reco_problem(config, estimator)
+    if problem:
+        raise VerlBotConfigError(problem)
     settings = manager_settings(config) if bot_manager else None
     if spec is not None and spec.options is not None:
         spec.options(config.algorithm)

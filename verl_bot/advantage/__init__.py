@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bot.advantage import pass_, pure, vps
+from verl_bot.advantage import pass_, pure, reco, vps
 from verl_bot.advantage.bot import bot_options, compute_bot_advantage
 
 
@@ -34,6 +34,8 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, options=pass_.pass_settings),
     # GRPO-VPS: GRPO on the scalar score plus belief progress from the `vps_single_turn` agent loop's probes
     "vps": EstimatorSpec(vps.compute_vps_advantage, token_level=False, options=vps.VPSSettings.from_config),
+    # GRPO on the summed rewards (any reward manager), times ReCo's response weights
+    "reco": EstimatorSpec(reco.compute_reco_advantage, token_level=False, options=reco.reco_options),
 }
 
 

@@ -10,6 +10,8 @@ says in its docstring what it changes and why there:
     multi_trajectory    trainer_base.compute_advantage_for_multi_trajectories
                                                              failed rollouts out of their groups, advantage 0
     compute_metrics     PPOTrainer._compute_metrics          reward/<key>/mean, reward/flag/<name>/mean
+    update_actor        PPOTrainer._update_actor             a verl-bot loss's knobs into the update's extra_info
+    ppo_loss            engine_workers.ppo_loss (worker)     those knobs active while the loss runs
     replay_buffer       ReplayBuffer(Async)._terminal_eviction_reasons
                                                              a reward configuration error stops the run
     validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight)
@@ -19,7 +21,7 @@ says in its docstring what it changes and why there:
     reward_functions    reads verl's reward functions (the data sources default_compute_score knows,
                         verl's loader of custom_reward_function): nothing wrapped, used by the bot manager
 
-Estimators, losses and the streams never import this folder;
+Estimators, policy losses and the streams never import this folder;
 `verl_bot.plugin.register()` installs the hooks after checking verl's version
 (importing this package imports none of them, so `reward_functions` can be
 read on its own).
@@ -34,6 +36,8 @@ TRAINER_HOOKS = (
     "compute_advantage",
     "multi_trajectory",
     "compute_metrics",
+    "update_actor",
+    "ppo_loss",
     "replay_buffer",
     "validate_config",
     "driver",

@@ -1,0 +1,44 @@
+"""Policy losses: pure tensor functions, one module per method; their table and registration in verl.
+
+A loss here has verl's `PolicyLossFn` signature, is registered with verl's
+`register_policy_loss` and selected with
+`actor_rollout_ref.actor.policy_loss.loss_mode=<name>`. verl's actor config
+refuses keys it does not know, so a loss keeps its knobs in the `algorithm`
+config as `+algorithm.<name>_<knob>`; the trainer hooks ship them to the
+workers with every actor update and the loss reads them with
+`verl_bot.context.loss_settings()` (None outside verl's trainer: defaults).
+A new loss is a module plus one row in `LOSSES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from verl_bot.losses.reco import compute_policy_loss_reco
+
+LOSSES: dict[str, Callable[..., Any]] = {
+    "reco": compute_policy_loss_reco,
+}
+
+
+def loss_name(config: Any) -> str | None:
+    """The configured `actor_rollout_ref.actor.policy_loss.loss_mode` when it is one of verl-bot's losses, else None."""
+    actor = (config.get("actor_rollout_ref") or {}).get("actor") or {}
+    mode = str((actor.get("policy_loss") or {}).get("loss_mode", "vanilla"))
+    return mode if mode in LOSSES else None
+
+
+def loss_knobs(config: Any, name: str) -> dict[str, Any]:
+    """The `+algorithm.<name>_*` keys of the run's config (what the loss `name` reads from `loss_settings()`)."""
+    algorithm = config.get("algorithm") or {}
+    return {str(k): algorithm[k] for k in algorithm if str(k).startswith(f"{name}_")}
+
+
+def register_losses() -> list[str]:
+    """Register verl-bot's losses with `verl.trainer.ppo.core_algos.register_policy_loss`; returns their names."""
+    from verl.trainer.ppo import core_algos
+
+    for name, fn in LOSSES.items():
+        core_algos.register_policy_loss(name)(fn)
+    return sorted(LOSSES)

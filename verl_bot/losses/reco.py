@@ -1,0 +1,165 @@
+"""ReCo's token weight (arXiv 2607.26862): the Bernoulli-variance ratio as a stop-gradient coefficient.
+
+ReCo replaces PPO's token importance ratio r = p / p_old by the ratio of the
+token's Bernoulli variances, which favours undecided tokens over near-certain
+ones:
+
+    p = pi_theta(o_t | h_t),  p_old = pi_old(o_t | h_t)
+    r_var = p (1 - p) / (p_old (1 - p_old))
+    gradient of token t = w_i * r_var * A_i * grad log p                 (w_i: the `reco` estimator's weight)
+
+r_var must be a coefficient, not a surrogate: with the gradient flowing through
+it, at theta = theta_old the update is A (1 - 2p)/(1 - p) grad log p, which
+pushes likely tokens (p > 1/2) the wrong way. So the loss keeps verl's vanilla
+PPO loss (clip and dual clip, aggregation) and scales each token by a
+stop-gradient factor:
+
+    loss_t = sg[r_var / r] * vanilla_t(r, A)
+
+Its gradient is r_var * A * grad log p on unclipped tokens and 0 on clipped
+ones, as in vanilla. Ours (the paper's text was not available): the
+denominator is floored, p_old (1 - p_old) >= `reco_rvar_floor` (1e-6), and
+r_var is capped at `reco_rvar_cap` (default: the actor's `clip_ratio_c`, 3),
+so p_old -> 1 stays finite. The factor goes into the slot verl's vanilla loss
+multiplies its per-token losses by (`rollout_is_weights`, times verl's own
+rollout-correction weights when there are any).
+
+At the first mini-batch of a step theta = theta_old, so r_var = r = 1: the
+token weight acts only on later mini-batches or PPO epochs
+(`ppo_mini_batch_size` < `train_batch_size`, or `ppo_epochs` > 1).
+
+Metrics (moved to `reco/...` by the trainer hook): `rvar_mean`, `rvar_capped_share`,
+`saturated_share` (tokens with p_old > 0.99).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+
+from verl_bot.context import loss_settings
+from verl_bot.errors import VerlBotConfigError
+
+DEFAULT_FLOOR = 1e-6
+SATURATED_P = 0.99
+LOG_RATIO_CLAMP = 20.0  # verl's vanilla loss clamps log(p / p_old) to +-20 before exp
+KNOBS = ("reco_rvar_cap", "reco_rvar_floor")  # `+algorithm.<knob>`, read by `ratio_options`
+
+
+def ratio_options(settings: Any, clip_ratio_c: float) -> tuple[float, float]:
+    """(cap, floor) of r_var from the loss's knobs (`reco_rvar_cap`, default `clip_ratio_c`; `reco_rvar_floor`, 1e-6).
+
+    `settings` is `loss_settings()` in the worker or verl's `algorithm` config at start-up (None: the defaults).
+    Raises VerlBotConfigError (a ValueError) naming the key unless cap > 0 and 0 < floor <= 1/4 (the largest
+    Bernoulli variance).
+    """
+    get = settings.get if settings is not None else (lambda key, default=None: default)
+    cap, floor = get("reco_rvar_cap"), get("reco_rvar_floor", DEFAULT_FLOOR)
+    cap = clip_ratio_c if cap is None else cap
+    try:
+        cap, floor = float(cap), float(floor)
+    except (TypeError, ValueError) as exc:
+        raise VerlBotConfigError(f"+algorithm.reco_rvar_cap={cap!r}, reco_rvar_floor={floor!r}: {exc}") from exc
+    if not cap > 0:
+        raise VerlBotConfigError(f"+algorithm.reco_rvar_cap must be > 0, got {cap}")
+    if not 0 < floor <= 0.25:
+        raise VerlBotConfigError(f"+algorithm.reco_rvar_floor must be in (0, 0.25], got {floor}")
+    return cap, floor
+
+
+@torch.no_grad()
+def variance_ratio(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, cap: float, floor: float = DEFAULT_FLOOR
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReCo's r_var, floored and capped (no gradient).
+
+    Args:
+        log_prob: (B, T) log p under the current policy. old_log_prob: (B, T) log p_old.
+        cap: upper bound of r_var. floor: lower bound of p_old (1 - p_old).
+
+    Returns:
+        r_var: (B, T) float32 min(p (1 - p) / max(p_old (1 - p_old), floor), cap), in [0, cap].
+        capped: (B, T) bool, where the cap bound.
+    """
+    lp, old = log_prob.float(), old_log_prob.float()
+    var = lp.exp() * (-torch.expm1(lp))  # 1 - p as -expm1(log p): exact near p = 1
+    var_old = (old.exp() * (-torch.expm1(old))).clamp(min=floor)
+    r_var = var / var_old
+    capped = r_var > cap
+    return r_var.clamp(max=cap), capped
+
+
+@torch.no_grad()
+def reco_coefficient(log_prob: torch.Tensor, old_log_prob: torch.Tensor, r_var: torch.Tensor) -> torch.Tensor:
+    """sg[r_var / r] (B, T), with r = exp(clamp(log p - log p_old, -20, 20)) as in verl's vanilla loss.
+
+    Finite: r_var <= cap and r >= exp(-20).
+    """
+    log_ratio = (log_prob.float() - old_log_prob.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return r_var * torch.exp(-log_ratio)
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values.float() * mask).sum() / mask.sum().clamp(min=1))
+
+
+def compute_policy_loss_reco(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl policy loss `reco` (registered; `actor_rollout_ref.actor.policy_loss.loss_mode=reco`).
+
+    loss = agg_t( sg[r_var / r] * rollout_is_weights * vanilla_t ), verl's `compute_policy_loss_vanilla`
+    doing the clip, the dual clip and the aggregation (`agg_loss` with `config.global_batch_info`).
+    Knobs from `loss_settings()` (shipped from `+algorithm.reco_rvar_cap`, `+algorithm.reco_rvar_floor`);
+    the cap defaults to `config.clip_ratio_c`.
+
+    Args:
+        old_log_prob, log_prob, advantages: (B, T). response_mask: (B, T) bool or 0/1.
+        loss_agg_mode: verl's aggregation mode. config: the actor config (ActorConfig).
+        rollout_is_weights: (B, T) verl's rollout-correction weights, or None.
+
+    Returns:
+        (loss, metrics): the scalar loss and vanilla's metrics plus `reco/rvar_mean`, `reco/rvar_capped_share`,
+        `reco/saturated_share`.
+    """
+    cap, floor = ratio_options(loss_settings(), float(config.get("clip_ratio_c", 3.0)))
+    r_var, capped = variance_ratio(log_prob.detach(), old_log_prob, cap, floor)
+    coef = reco_coefficient(log_prob.detach(), old_log_prob, r_var).to(log_prob.dtype)
+    weights = coef if rollout_is_weights is None else coef * rollout_is_weights
+    loss, metrics = compute_policy_loss_vanilla(
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        loss_agg_mode=loss_agg_mode,
+        config=config,
+        rollout_is_weights=weights,
+    )
+    mask = response_mask.float()
+    metrics.update(
+        {
+            "reco/rvar_mean": _masked_mean(r_var, mask),
+            "reco/rvar_capped_share": _masked_mean(capped, mask),
+            "reco/saturated_share": _masked_mean(old_log_prob.float().exp() > SATURATED_P, mask),
+        }
+    )
+    return loss, metrics
+
+
+def pairing_metrics(adv_estimator: str, loss_mode: str) -> dict[str, float]:
+    """`reco/weights_on` and `reco/token_ratio_on` (0/1) when either half of ReCo is on, else {}.
+
+    Each half works alone: the weights with any loss, the token ratio with any estimator.
+    """
+    weights, ratio = adv_estimator == "reco", loss_mode == "reco"
+    if not (weights or ratio):
+        return {}
+    return {"reco/weights_on": float(weights), "reco/token_ratio_on": float(ratio)}
