@@ -22,7 +22,13 @@ Refused:
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
-  (an unknown builtin, a `python:` function that does not import).
+  (an unknown builtin, a `python:` function that does not import);
+- `adv_estimator=grail` (`grail_problem`) with bad `+algorithm.grail_*` knobs, or
+  where its weights are not computed or not tested: an actor strategy other
+  than `fsdp2` (FSDP1 needs an accelerator and is untested; Megatron, veomni,
+  ... have no hook), Ulysses sequence parallelism, fused kernels (no logits),
+  distillation, or the `bot` manager's dense token rewards (GRAIL reweights
+  GRPO's one advantage per response: `token_level=false`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from verl_bot.advantage import estimator_spec
+from verl_bot.advantage.grail import GrailSettings
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.rewards.scorers import build_scorers, unscorable_sources
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
@@ -93,6 +100,46 @@ def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> 
     )
 
 
+def grail_problem(config: Any, settings: dict | None) -> str | None:
+    """Why `adv_estimator=grail` cannot run with `config` (one line), or None. `settings`: the bot manager's."""
+    try:
+        GrailSettings.from_config(config.get("algorithm"))
+    except ValueError as exc:
+        return str(exc)
+    actor = config.actor_rollout_ref.actor
+    strategy = str(actor.get("strategy", "fsdp"))
+    if strategy == "fsdp":
+        return (
+            "adv_estimator=grail with actor_rollout_ref.actor.strategy=fsdp (FSDP1): GRAIL's extra backward is "
+            "tested on FSDP2 only; set actor_rollout_ref.actor.strategy=fsdp2"
+        )
+    if strategy != "fsdp2":
+        return (
+            f"adv_estimator=grail with actor_rollout_ref.actor.strategy={strategy}: GRAIL's weights are computed in "
+            "verl's FSDP engine only; set actor_rollout_ref.actor.strategy=fsdp2"
+        )
+    sp = max(int(actor.get("ulysses_sequence_parallel_size", 1) or 1),
+             int((actor.get("fsdp_config") or {}).get("ulysses_sequence_parallel_size", 1) or 1))
+    if sp > 1:
+        return (
+            f"adv_estimator=grail with Ulysses sequence parallelism (ulysses_sequence_parallel_size={sp}): the "
+            "saliency needs whole sequences on one rank; set actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"
+        )
+    if (config.actor_rollout_ref.get("model") or {}).get("use_fused_kernels", False):
+        return (
+            "adv_estimator=grail with actor_rollout_ref.model.use_fused_kernels=true: the saliency needs the "
+            "answer's logits, which fused kernels never build; set use_fused_kernels=false"
+        )
+    if (config.get("distillation") or {}).get("enabled", False):
+        return "adv_estimator=grail with distillation.enabled=true is not supported; disable distillation"
+    if settings is not None and bool(settings["token_level"]):
+        return (
+            "adv_estimator=grail reweights GRPO's one advantage per response, but the bot reward manager gives a "
+            "reward on every token (token_level=true); set +reward.reward_kwargs.bot.token_level=false"
+        )
+    return None
+
+
 def check_config(config: Any) -> None:
     """Raise `VerlBotConfigError` (one line) for the first thing in `config` that cannot work with verl-bot."""
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
@@ -106,6 +153,10 @@ def check_config(config: Any) -> None:
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
     settings = manager_settings(config) if bot_manager else None
+    if estimator == "grail":
+        problem = grail_problem(config, settings)
+        if problem:
+            raise VerlBotConfigError(problem)
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)
         if problem:

@@ -16,6 +16,7 @@ from typing import Any
 
 from verl_bot.advantage import pure
 from verl_bot.advantage.bot import compute_bot_advantage
+from verl_bot.advantage.grail import compute_grail_advantage
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class EstimatorSpec:
 ESTIMATORS: dict[str, EstimatorSpec] = {
     "bot": EstimatorSpec(compute_bot_advantage),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
+    # GRPO's advantage; its token weights are applied in the actor update (verl_bot.hooks.engine_forward_step)
+    "grail": EstimatorSpec(compute_grail_advantage, token_level=False),
 }
 
 

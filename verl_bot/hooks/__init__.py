@@ -9,6 +9,8 @@ says in its docstring what it changes and why there:
     multi_trajectory    trainer_base.compute_advantage_for_multi_trajectories
                                                              failed rollouts out of their groups, advantage 0
     compute_metrics     PPOTrainer._compute_metrics          reward/<key>/mean, reward/flag/<name>/mean
+    update_actor        PPOTrainer._update_actor             GRAIL: answer-span codes + knobs for the update
+    engine_forward_step FSDPEngineWithLMHead.forward_step    GRAIL: token weights times the advantages
     replay_buffer       ReplayBuffer(Async)._terminal_eviction_reasons
                                                              a reward configuration error stops the run
     validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight)
@@ -27,8 +29,10 @@ from verl_bot.hooks import (
     compute_advantage,
     compute_metrics,
     driver,
+    engine_forward_step,
     multi_trajectory,
     replay_buffer,
+    update_actor,
     validate_config,
 )
 
@@ -37,6 +41,8 @@ TRAINER_HOOKS = (
     compute_advantage,
     multi_trajectory,
     compute_metrics,
+    update_actor,
+    engine_forward_step,
     replay_buffer,
     validate_config,
     driver,

@@ -1,0 +1,105 @@
+"""Hook: `verl.trainer.ppo.v1.trainer_base.PPOTrainer._update_actor` (GRAIL: answer spans and knobs for the update).
+
+Only for runs with `algorithm.adv_estimator=grail`; around verl's own method:
+
+1. each response of the batch (`responses` from TransferQueue) is decoded with
+   the trainer's tokenizer, its answer span found in the text
+   (`verl_bot.advantage.grail.answer_span`) and mapped to tokens with the exact
+   char<->token mapping of `verl_bot.rewards.spans.token_char_spans` (no
+   re-encoding); the per-token codes go to TransferQueue as the nested field
+   `verl_bot_grail_span`. verl's worker fetches every field of the batch's rows
+   for `update_actor`, so each actor micro-batch carries them;
+2. the GRAIL knobs go into `batch.extra_info` (key `verl_bot_grail`): like
+   verl's own `temperature`, they reach every micro-batch as non-tensor data,
+   where `verl_bot.hooks.engine_forward_step` computes the weights;
+3. after the update, the worker's GRAIL metrics are moved to the step's
+   `grail/...` keys. verl prefixes the worker's metrics with `actor/` and
+   averages them over the update's mini-batches; a key containing "max" would
+   be maxed instead, so the worker reports the share of tokens at w_max as
+   `w_cap_share` and it is logged here as `grail/w_max_share`. The saliency
+   time (summed over each mini-batch's micro-batches) is multiplied by the
+   number of mini-batches: `grail/saliency_s` is per step. `grail/span_s` is the
+   time of step 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import torch
+
+from verl_bot.advantage.grail import SETTINGS_KEY, SPAN_FIELD, GrailSettings, answer_span, span_codes
+from verl_bot.hooks._patch import wrap
+from verl_bot.rewards.spans import token_char_spans
+
+ESTIMATOR = "grail"
+# worker metric (after verl's `actor/` prefix) -> step metric
+STEP_METRICS = {
+    "actor/grail/w_mean": "grail/w_mean",
+    "actor/grail/w_cap_share": "grail/w_max_share",
+    "actor/grail/answer_rate": "grail/answer_rate",
+    "actor/grail/reweighted_rate": "grail/reweighted_rate",
+    "actor/grail/saliency_s": "grail/saliency_s",
+}
+
+
+def response_span_codes(tokenizer: Any, responses: list[torch.Tensor], answer: str) -> list[torch.Tensor]:
+    """(n_i,) int8 span codes of each response's token ids (`verl_bot.advantage.grail.span_codes`)."""
+    codes = []
+    for ids in responses:
+        text, spans = token_char_spans(tokenizer, ids.tolist())
+        codes.append(torch.from_numpy(span_codes(spans, answer_span(text, answer))))
+    return codes
+
+
+def _put_span_codes(trainer: Any, batch: Any, answer: str) -> None:
+    import transfer_queue as tq
+    from tensordict import TensorDict
+
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["responses"])
+    codes = response_span_codes(trainer.tokenizer, list(data["responses"].unbind()), answer)
+    field = torch.nested.as_nested_tensor(codes, layout=torch.jagged)
+    tq.kv_batch_put(
+        keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict({SPAN_FIELD: field}, batch_size=len(codes))
+    )
+
+
+def mini_batches_per_step(config: Any, rows: int) -> int:
+    """How many actor mini-batches verl's update runs for a batch of `rows` rollouts (all epochs)."""
+    actor = config.actor_rollout_ref.actor
+    per_mini = int(actor.ppo_mini_batch_size) * int(config.actor_rollout_ref.rollout.n)
+    return max(rows // per_mini, 1) * int(actor.ppo_epochs)
+
+
+def _make_update_actor(original):
+    @functools.wraps(original)
+    def _update_actor(self, batch, metrics, *args, **kwargs):
+        estimator = self.config.algorithm.adv_estimator
+        if str(getattr(estimator, "value", estimator)) != ESTIMATOR:
+            return original(self, batch, metrics, *args, **kwargs)
+        settings = GrailSettings.from_config(self.config.algorithm)
+        start = time.perf_counter()
+        _put_span_codes(self, batch, settings.answer)
+        span_s = time.perf_counter() - start
+        batch.extra_info[SETTINGS_KEY] = settings.as_dict()
+        try:
+            result = original(self, batch, metrics, *args, **kwargs)
+        finally:
+            batch.extra_info.pop(SETTINGS_KEY, None)
+        for worker_key, step_key in STEP_METRICS.items():
+            if worker_key in metrics:
+                metrics[step_key] = float(metrics.pop(worker_key))
+        if "grail/saliency_s" in metrics:
+            metrics["grail/saliency_s"] *= mini_batches_per_step(self.config, len(batch.keys))
+        metrics["grail/span_s"] = span_s
+        return result
+
+    return _update_actor
+
+
+def install() -> list[str]:
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    return [wrap(PPOTrainer, "_update_actor", ["self", "batch", "metrics"], _make_update_actor)]
