@@ -5,7 +5,7 @@
 # MODEL_OVERRIDES (model-specific Hydra overrides), sources this file, then calls `vb_main "$@"`.
 # Everything below is a ${VAR:-default} too: any of it can be set in the environment.
 #
-#   ALGO=bot|grpo|gspo|dapo|pure   the algorithm (recipes/README.md: what each one sets)
+#   ALGO=bot|grpo|gspo|dapo|pure|grail   the algorithm (recipes/README.md: what each one sets)
 #   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; skips the
 #                  checks that need a reward server, a judge or GPUs (model and data are still checked)
 #   DRY_RUN=args   print the command line (one argument a line) and exit, without starting Python
@@ -178,8 +178,23 @@ vb_algo_overrides() {
                 "+algorithm.pure_step_scale=${PURE_STEP_SCALE}"
             )
             ;;
+        grail)
+            # GRAIL (arXiv 2606.04889): GRPO's advantage times per-token weights from the saliency of the
+            # final answer, computed in the actor update (verl-bot's hooks, FSDP2 engine only); the authors'
+            # yaml values are the defaults of its knobs (+algorithm.grail_*=...). It needs one final answer
+            # per response: AIME's <final>...</final>.
+            [[ "${TASK}" == aime ]] || vb_die "ALGO=grail needs one final answer per response (AIME's <final>);" \
+                "${TASK} responses have none"
+            ALGO_OVERRIDES=(
+                algorithm.adv_estimator=grail
+                actor_rollout_ref.actor.strategy=fsdp2
+                actor_rollout_ref.ref.strategy=fsdp2
+                actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+                +reward.reward_kwargs.bot.token_level=false
+            )
+            ;;
         *)
-            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure; got '${ALGO}'"
+            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, grail; got '${ALGO}'"
             ;;
     esac
 }

@@ -8,6 +8,7 @@
 #   bot : algorithm.adv_estimator=bot, dense rewards r_t = G + S_t (bot reward manager)
 #   grpo: verl's grpo on the same global score G only (scalar on the last token), as in the paper
 #   pure: verl-bot's PURE on the bot manager's reward streams (local S_t per step, solved at EOS)
+#   grail: GRAIL, GRPO's advantage times per-token weights from the answer's saliency (needs <final> answers)
 #
 # The CPU-only overrides live in verl_bot/cpu/overrides.txt (read by recipes/cpu_overrides.sh).
 set -xeuo pipefail
@@ -54,8 +55,15 @@ case "${ALGO}" in
             actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
         )
         ;;
+    grail)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=grail
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+            +reward.reward_kwargs.bot.token_level=false
+        )
+        ;;
     *)
-        echo "cpu_train.sh: ALGO must be bot, grpo or pure, got '${ALGO}'" >&2
+        echo "cpu_train.sh: ALGO must be bot, grpo, pure or grail, got '${ALGO}'" >&2
         exit 2
         ;;
 esac

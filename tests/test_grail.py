@@ -331,3 +331,41 @@ def test_saliency_without_any_answer_still_runs_the_backward(tiny_model):
     out = answer_saliency(tiny_model, packed_inputs(seqs), rows, cols, torch.zeros(n, dtype=torch.long),
                           torch.zeros(n, dtype=torch.bool), torch.ones(n))
     assert out.shape == (n,) and not out.any()
+
+
+# ------------------------------------------------------------------------------------------ start-up checks
+def grail_config(*extra):
+    from tests.conftest import compose_verl_config
+
+    return compose_verl_config(
+        ["algorithm.adv_estimator=grail", "actor_rollout_ref.actor.strategy=fsdp2", *extra]
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["actor_rollout_ref.actor.strategy=fsdp"], r"strategy=fsdp \(FSDP1\).*strategy=fsdp2"),
+        (["actor_rollout_ref.actor.strategy=megatron"], "strategy=megatron.*FSDP engine only"),
+        (["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"], "Ulysses sequence parallelism"),
+        (["actor_rollout_ref.model.use_fused_kernels=true"], "use_fused_kernels=true"),
+        (["+algorithm.grail_rollout_symmetry=both_ways"], "grail_rollout_symmetry='both_ways'"),
+        (["+algorithm.grail_leaf_source=lm_head"], "grail_leaf_source"),
+        (["reward.reward_manager.name=bot"], "token_level=false"),
+    ],
+)
+def test_unsupported_setups_are_refused_at_start_up_with_one_line(extra, message):
+    from verl_bot.errors import VerlBotConfigError
+    from verl_bot.preflight import check_config
+
+    with pytest.raises(VerlBotConfigError, match=message) as info:
+        check_config(grail_config(*extra))
+    assert "\n" not in str(info.value)
+
+
+def test_supported_setups_pass_the_start_up_checks():
+    from verl_bot.preflight import check_config
+
+    check_config(grail_config())
+    check_config(grail_config("actor_rollout_ref.actor.use_dynamic_bsz=true", "+algorithm.grail_w_max=3"))
+    check_config(grail_config("reward.reward_manager.name=bot", "+reward.reward_kwargs.bot.token_level=false"))

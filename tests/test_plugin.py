@@ -39,7 +39,7 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
 def test_register_is_idempotent():
     first = plugin.register()
     assert plugin.register() is first
-    assert first["adv_estimators"] == ["bot", "pure"] and first["reward_managers"] == ["bot"]
+    assert first["adv_estimators"] == ["bot", "grail", "pure"] and first["reward_managers"] == ["bot"]
 
 
 def test_version_mismatch_fails_loudly(monkeypatch):
