@@ -27,48 +27,29 @@ import pytest
 pytestmark = pytest.mark.timeout(600)
 
 SCRIPT = r'''
-import json, os, sys
-from functools import partial
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[3], RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-import torch, torch.distributed as dist
+import json, sys
+import torch
 import verl_bot.plugin
 verl_bot.plugin.register()
-dist.init_process_group("gloo", rank=0, world_size=1)
-from tensordict import TensorDict
 from transformers import AutoModelForCausalLM
-from verl.utils import tensordict_utils as tu
-from verl.utils.config import omega_conf_to_dataclass
-from verl.workers.engine import EngineRegistry
-from verl.workers.utils.losses import ppo_loss
 from verl_bot.advantage.grail import SETTINGS_KEY, SPAN_FIELD, GrailSettings, grail_weights, reweighted_rows
-from verl_bot.cpu import overrides
+from verl_bot.cpu.actor_engine import actor_batch, build_actor_engine, init_process_group
 from verl_bot.hooks.engine_forward_step import micro_batch_weights
 sys.path.insert(0, sys.argv[2])
-from conftest import compose_verl_config
 from test_grail import make_sequences, reference_scores
 
 model_dir = sys.argv[1]
-cfg = compose_verl_config([*overrides(), f"actor_rollout_ref.model.path={model_dir}",
-                           "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=1",
-                           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                           # fp32 compute for exact comparisons (FSDP2's param_dtype is bf16 unless set here)
-                           "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"])
-model_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
-actor_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-actor_cfg.model_config = model_cfg
-model_cfg.model_type = "language_model"
-engine_cfg = actor_cfg.engine
-engine_cfg.use_remove_padding = True
-engine = EngineRegistry.new(model_type="language_model", backend=engine_cfg.strategy, model_config=model_cfg,
-                            engine_config=engine_cfg, optimizer_config=actor_cfg.optim,
-                            checkpoint_config=actor_cfg.checkpoint)
-engine.initialize()
-loss_fn = partial(ppo_loss, config=actor_cfg)
+init_process_group(int(sys.argv[3]))
+engine, loss_fn = build_actor_engine(model_dir, [
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=1",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    # fp32 compute for exact comparisons (FSDP2's param_dtype is bf16 unless set here)
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+])
 
 plain = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32).train()
 seqs, prompts, answers = make_sequences(plain.config.vocab_size, seed=1)
 T = 0.7
-nested = lambda rows: torch.nested.as_nested_tensor(rows, layout=torch.jagged)
 with torch.no_grad():
     old = [torch.log_softmax(plain(s[None]).logits[0, :-1] / T, -1).gather(-1, s[1:, None])[:, 0][p - 1:]
            for s, p in zip(seqs, prompts)]
@@ -83,22 +64,12 @@ for a in answers:
 settings = GrailSettings(rollout_symmetry="all")
 
 def batch(weights=None, grail=True, packed=True, dynamic=False):
-    resp = [s[p:] for s, p in zip(seqs, prompts)]
-    adv = [torch.full((len(r),), v) for r, v in zip(resp, adv_rows)]
+    td = actor_batch(seqs, prompts, adv_rows, old, extra={SPAN_FIELD: codes}, temperature=T, micro_batch_size=2,
+                     max_token_len=24, packed=packed, dynamic=dynamic,
+                     non_tensor={SETTINGS_KEY: settings.as_dict()} if grail else None)
     if weights is not None:
-        adv = [a * w for a, w in zip(adv, weights)]
-    td = TensorDict({
-        "input_ids": nested(seqs), "position_ids": nested([torch.arange(len(s)) for s in seqs]),
-        "prompts": nested([s[:p] for s, p in zip(seqs, prompts)]), "responses": nested(resp),
-        "response_mask": nested([torch.ones(len(r), dtype=torch.long) for r in resp]),
-        "loss_mask": nested([torch.ones(len(r), dtype=torch.long) for r in resp]),
-        "old_log_probs": nested(old), "advantages": nested(adv), SPAN_FIELD: nested(codes),
-    }, batch_size=len(seqs))
-    tu.assign_non_tensor(td, temperature=T, global_batch_size=len(seqs), use_remove_padding=packed,
-                         use_dynamic_bsz=dynamic, micro_batch_size_per_gpu=2, max_token_len_per_gpu=24,
-                         calculate_entropy=False)
-    if grail:
-        tu.assign_non_tensor(td, **{SETTINGS_KEY: settings.as_dict()})
+        td["advantages"] = torch.nested.as_nested_tensor(
+            [a * w for a, w in zip(td["advantages"].unbind(), weights)], layout=torch.jagged)
     return td
 
 def grads(td):
@@ -119,8 +90,8 @@ mask = pad([torch.ones(len(c)) for c in codes])
 ref_w = grail_weights(pad(ref_scores), pad(codes).long(), mask, reweighted_rows(torch.tensor(adv_rows), "all"))
 result = {}
 for packed in (True, False):
-    td = batch(packed=packed).to("cpu")
-    w, stats = micro_batch_weights(engine, td, settings)
+    with engine.train_mode():
+        w, stats = micro_batch_weights(engine, batch(packed=packed), settings)
     result[f"weights_diff_{'packed' if packed else 'padded'}"] = float((pad(w) - ref_w).abs().max())
 result["weights_not_one"] = float((pad(w) - mask).abs().max())
 result["stats"] = stats
@@ -137,7 +108,6 @@ g_dyn_pre, _ = grads(batch(weights=w, grail=False, dynamic=True))
 result["dynamic_vs_premultiplied"] = max_diff(g_dyn, g_dyn_pre)
 result["dynamic_micro_batches"] = len(out_dyn["metrics"]["grail/w_mean"].values)
 print("RESULT " + json.dumps(result))
-dist.destroy_process_group()
 '''
 
 
