@@ -15,6 +15,9 @@ verl's worker runs it. GRPO and GRAIL updates alternate in one process; best of 
 ratio grail/grpo is printed, and the share of GRAIL's update spent in the saliency (its metric).
 Memory: peak extra resident memory of one update (VmHWM reset before it, minus VmRSS before it), in a
 fresh process per algorithm with glibc's mmap threshold lowered so freed buffers return to the OS.
+Trainer side: the time to find the answer spans of the batch's responses and map them to tokens
+(`verl_bot.hooks.update_actor.response_span_codes`, the tiny model's byte-level BPE tokenizer), per 1000
+response tokens.
 """
 
 from __future__ import annotations
@@ -53,6 +56,25 @@ def make_rows(args, vocab: int, seed: int = 0):
             code[n - 1] = SPAN_AFTER
         codes.append(code)
     return seqs, prompts, advs, old, codes
+
+
+def span_codes_ms_per_1k_tokens(args, model_dir: str) -> float:
+    """Trainer-side cost of GRAIL's span codes: responses of --response tokens ending in `<final>7</final>`."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from verl_bot.hooks.update_actor import response_span_codes
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tail = tok.encode("<final>7</final>", add_special_tokens=False)
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.cat([torch.randint(3, len(tok), (args.response - len(tail),), generator=gen), torch.tensor(tail)])
+            for _ in range(args.rows)]
+    start = time.perf_counter()
+    codes = response_span_codes(tok, rows, "auto")
+    elapsed = time.perf_counter() - start
+    assert all(c.any() for c in codes)
+    return 1000 * elapsed / (sum(len(r) for r in rows) / 1000)
 
 
 def _rss_kb(field: str) -> int:
@@ -151,6 +173,7 @@ def main() -> None:
         args.model_dir = tmp
         model, _ = build_model(tmp, hidden_size=args.hidden, num_layers=args.layers)
         params = sum(p.numel() for p in model.parameters())
+        span_ms = span_codes_ms_per_1k_tokens(args, tmp)
         timing = run_worker(args, [], env)
         mem_env = {**env, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
         memory = {algo: run_worker(args, [f"--memory={algo}"], mem_env)["peak_extra_mb"] for algo in ALGOS}
@@ -162,6 +185,7 @@ def main() -> None:
         runs = " / ".join(f"{t:.2f}" for t in timing["times"][algo])
         print(f"{algo} update: best {best[algo]:.3f} s ({runs}); peak extra memory {memory[algo]:.0f} MB")
     print(f"grail saliency share of its update: {timing['saliency_share']:.2f}")
+    print(f"grail span codes (trainer side): {span_ms:.1f} ms per 1000 response tokens")
     print(f"ratio grail/grpo update time {best['grail'] / best['grpo']:.2f}")
     print(f"ratio grail/grpo update peak memory {memory['grail'] / max(memory['grpo'], 1e-9):.2f}")
 

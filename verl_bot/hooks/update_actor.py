@@ -7,11 +7,13 @@ Only for runs with `algorithm.adv_estimator=grail`; around verl's own method:
    (`verl_bot.advantage.grail.answer_span`) and mapped to tokens with the exact
    char<->token mapping of `verl_bot.rewards.spans.token_char_spans` (no
    re-encoding); the per-token codes go to TransferQueue as the nested field
-   `verl_bot_grail_span`. verl's worker fetches every field of the batch's rows
-   for `update_actor`, so each actor micro-batch carries them;
-2. the GRAIL knobs go into `batch.extra_info` (key `verl_bot_grail`): like
-   verl's own `temperature`, they reach every micro-batch as non-tensor data,
-   where `verl_bot.hooks.engine_forward_step` computes the weights;
+   `verl_bot_grail_span`;
+2. verl's method runs on a copy of the batch meta that names that field too
+   (the worker fetches the fields the meta names) and carries the GRAIL knobs
+   in `extra_info` (key `verl_bot_grail`): like verl's own `temperature`, they
+   reach every actor micro-batch as non-tensor data, where
+   `verl_bot.hooks.engine_forward_step` computes the weights. The caller keeps
+   its own batch meta;
 3. after the update, the worker's GRAIL metrics are moved to the step's
    `grail/...` keys. verl prefixes the worker's metrics with `actor/` and
    averages them over the update's mini-batches; a key containing "max" would
@@ -24,6 +26,7 @@ Only for runs with `algorithm.adv_estimator=grail`; around verl's own method:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Any
@@ -46,24 +49,38 @@ STEP_METRICS = {
 
 
 def response_span_codes(tokenizer: Any, responses: list[torch.Tensor], answer: str) -> list[torch.Tensor]:
-    """(n_i,) int8 span codes of each response's token ids (`verl_bot.advantage.grail.span_codes`)."""
+    """(n_i,) int8 span codes of each response's token ids (`verl_bot.advantage.grail.span_codes`).
+
+    The text is the tokenizer's decoding (special tokens skipped), as the reward reads it; only a response
+    with an answer span goes through the token-by-token mapping.
+    """
     codes = []
     for ids in responses:
-        text, spans = token_char_spans(tokenizer, ids.tolist())
-        codes.append(torch.from_numpy(span_codes(spans, answer_span(text, answer))))
+        ids = ids.tolist()
+        span = answer_span(tokenizer.decode(ids, skip_special_tokens=True), answer)
+        if span is None:
+            codes.append(torch.zeros(len(ids), dtype=torch.int8))
+            continue
+        text, char_spans = token_char_spans(tokenizer, ids)
+        codes.append(torch.from_numpy(span_codes(char_spans, answer_span(text, answer))))
     return codes
 
 
-def _put_span_codes(trainer: Any, batch: Any, answer: str) -> None:
+def _grail_batch(trainer: Any, batch: Any, settings: GrailSettings) -> Any:
+    """The batch meta for the update: span codes written to TransferQueue and named, knobs in `extra_info`."""
     import transfer_queue as tq
     from tensordict import TensorDict
 
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["responses"])
-    codes = response_span_codes(trainer.tokenizer, list(data["responses"].unbind()), answer)
+    codes = response_span_codes(trainer.tokenizer, list(data["responses"].unbind()), settings.answer)
     field = torch.nested.as_nested_tensor(codes, layout=torch.jagged)
     tq.kv_batch_put(
         keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict({SPAN_FIELD: field}, batch_size=len(codes))
     )
+    # the worker fetches the fields the batch meta names (all of them when it names none)
+    fields = None if batch.fields is None else [*dict.fromkeys([*batch.fields, SPAN_FIELD])]
+    extra_info = {**(batch.extra_info or {}), SETTINGS_KEY: settings.as_dict()}
+    return dataclasses.replace(batch, fields=fields, extra_info=extra_info)
 
 
 def mini_batches_per_step(config: Any, rows: int) -> int:
@@ -81,13 +98,11 @@ def _make_update_actor(original):
             return original(self, batch, metrics, *args, **kwargs)
         settings = GrailSettings.from_config(self.config.algorithm)
         start = time.perf_counter()
-        _put_span_codes(self, batch, settings.answer)
+        grail_batch = _grail_batch(self, batch, settings)
         span_s = time.perf_counter() - start
-        batch.extra_info[SETTINGS_KEY] = settings.as_dict()
-        try:
-            result = original(self, batch, metrics, *args, **kwargs)
-        finally:
-            batch.extra_info.pop(SETTINGS_KEY, None)
+        result = original(self, grail_batch, metrics, *args, **kwargs)
+        if result is grail_batch:  # verl returns the batch it got: hand back the caller's
+            result = batch
         for worker_key, step_key in STEP_METRICS.items():
             if worker_key in metrics:
                 metrics[step_key] = float(metrics.pop(worker_key))
