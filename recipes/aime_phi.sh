@@ -2,7 +2,7 @@
 # AIME on Phi-4-mini-reasoning: BoT-GRPO and the paper's baselines (arXiv 2610.09804, Fig. 6: Pass@k
 # over training; reward Eq. 8: 3*correct + 0.5*(1/|S|)*e_s per step + format bonus).
 #
-#   python recipes/data/aime.py --input aime_1983_2024.jsonl --out-dir ~/data/verl_bot/aime   # once
+#   python recipes/data/aime.py --out-dir ~/data/verl_bot/aime   # once: AIME 1983-2024 from the HF hub
 #   START_SERVER=1 STEP_JUDGE_BASE_URL=http://127.0.0.1:8000/v1 ALGO=bot bash recipes/aime_phi.sh
 #   REWARD_URL=http://127.0.0.1:8802 ALGO=grpo bash recipes/aime_phi.sh    # GRPO needs no step judge
 #   DRY_RUN=1 ALGO=gspo bash recipes/aime_phi.sh         # print the composed verl config, exit

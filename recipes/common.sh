@@ -6,13 +6,15 @@
 # Everything below is a ${VAR:-default} too: any of it can be set in the environment.
 #
 #   ALGO=bot|grpo|gspo|dapo|pure|grail   the algorithm (recipes/README.md: what each one sets)
-#   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; skips the
-#                  checks that need a reward server, a judge or GPUs (model and data are still checked)
+#   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; needs no data,
+#                  reward server, judge or GPU: a missing data file or model directory is one "recipe:"
+#                  line on stderr (a real launch stops there), the server/judge/GPU checks are skipped
 #   DRY_RUN=args   print the command line (one argument a line) and exit, without starting Python
 #                  (tests compose these in one process); same checks as DRY_RUN=1
 #   START_SERVER=1 no REWARD_URL given: start the task's reward server here (stopped on exit)
 #
-# Every pre-launch check that fails prints ONE line starting with "recipe:" and exits 2.
+# Every pre-launch check that fails prints ONE line starting with "recipe:" and exits 2 (DRY_RUN: missing
+# inputs only say so, see vb_missing).
 
 : "${ROOT:?set ROOT (the repository root) before sourcing recipes/common.sh}"
 : "${TASK:?set TASK (react|aime) before sourcing recipes/common.sh}"
@@ -54,7 +56,7 @@ DAPO_CLIP_HIGH=${DAPO_CLIP_HIGH:-0.28}   # DAPO paper
 # DAPO overlong shaping: cache zone L_c. DAPO used 4096 of 20480 (1/5); ours: a quarter of the length.
 OVERLONG_BUFFER_LEN=${OVERLONG_BUFFER_LEN:-$((MAX_RESPONSE_LENGTH / 4))}
 OVERLONG_PENALTY_FACTOR=${OVERLONG_PENALTY_FACTOR:-1.0}
-DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-score}   # reward_extra_info key: the global score G of the bot manager
+DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-acc}     # reward_extra_info key: the outcome (solved/compiled), as DAPO filters
 PURE_TEMPERATURE=${PURE_TEMPERATURE:-0.1}          # PURE paper: softmax temperature of the min-form transform
 PURE_OUTCOME_COEF=${PURE_OUTCOME_COEF:-1.0}        # weight of the verifiable reward at EOS (our choice: 1)
 
@@ -88,7 +90,7 @@ case "${TASK}" in
         # PURE's step value = clip(scale * mean S_t of the step, -1, 1); AIME's S_t is 0.5*e_s/|S|, so 10
         # maps a verdict e_s = +-1 of a 5-step solution to +-1 (our choice).
         PURE_STEP_SCALE=${PURE_STEP_SCALE:-10.0}
-        DATA_HINT="Make them from an AIME 1983-2024 file: ${PY} ${ROOT}/recipes/data/aime.py --input aime.jsonl --out-dir DIR"
+        DATA_HINT="Make them (AIME 1983-2024 from the Hugging Face hub): ${PY} ${ROOT}/recipes/data/aime.py --out-dir ${DATA_DIR}"
         # The step judge gives AIME's local signal: needed by the token-level algorithms only.
         case "${ALGO}" in
             bot | pure) REQUIRE_JUDGE=${REQUIRE_JUDGE:-1} ;;
@@ -105,6 +107,16 @@ vb_die() {
     { set +x; } 2>/dev/null
     echo "recipe: $*" >&2
     exit 2
+}
+
+# A missing input (data file, model directory): the launch stops here; a dry run says so and goes on.
+vb_missing() {
+    [[ "${DRY_RUN}" == 0 ]] && vb_die "$@"
+    local xtrace=0
+    [[ $- == *x* ]] && xtrace=1
+    { set +x; } 2>/dev/null
+    echo "recipe: $* (DRY_RUN goes on; a launch stops here)" >&2
+    [[ ${xtrace} == 0 ]] || set -x
 }
 
 # --- algorithms --------------------------------------------------------------------------------------
@@ -216,7 +228,7 @@ vb_check_model() {
     if [[ -d "${p}" ]]; then
         [[ -f "${p}/config.json" ]] || vb_die "MODEL_PATH=${p} is a directory without config.json (not a HF model)"
     elif [[ "${p}" == /* || "${p}" == .* || "${p}" == "~"* || -e "${p}" ]]; then
-        vb_die "MODEL_PATH=${p}: no such model directory"
+        vb_missing "MODEL_PATH=${p}: no such model directory"
     elif [[ ! "${p}" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
         vb_die "MODEL_PATH=${p} is neither a local model directory nor a Hugging Face id (org/name)"
     fi
@@ -241,7 +253,7 @@ vb_check_data() {
         n=0
         while IFS= read -r f; do
             n=$((n + 1))
-            [[ -f "${f}" ]] || vb_die "${what}: ${f} does not exist. ${DATA_HINT}"
+            [[ -f "${f}" ]] || vb_missing "${what}: ${f} does not exist. ${DATA_HINT}"
         done < <(vb_files "${!what}")
         [[ ${n} -gt 0 ]] || vb_die "${what} is empty. ${DATA_HINT}"
     done

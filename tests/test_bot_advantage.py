@@ -7,13 +7,23 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from verl_bot.advantage.bot import bot_advantage, compute_bot_advantage
+from verl_bot.advantage.bot import (
+    bot_advantage,
+    bot_advantage_and_stats,
+    bot_diagnostics,
+    bot_options,
+    compute_bot_advantage,
+)
 
 
-def reference_bot(rewards, mask, index, eps=1e-6, norm_by_std=True):
-    """Obviously-correct loop over groups and tokens, in float64 Python numbers (ALGORITHMS.md Eq. 2-3)."""
+def reference_bot(rewards, mask, index, eps=1e-6, norm_by_std=True, length_weighting=True, std_floor=0.0):
+    """Obviously-correct loop over groups and tokens, in float64 Python numbers (ALGORITHMS.md Eq. 2-3).
+
+    length_weighting=False: every token of the group weighs 1/N (plain pooling); std_floor: max(std, floor).
+    """
     rewards = rewards.double().tolist()
     mask = mask.tolist()
     out = [[0.0] * len(row) for row in rewards]
@@ -22,13 +32,19 @@ def reference_bot(rewards, mask, index, eps=1e-6, norm_by_std=True):
         if not rows:
             continue
         bags = {b: [rewards[b][t] for t in range(len(mask[b])) if mask[b][t]] for b in rows}
-        k = len(rows)
-        mu = sum(sum(bags[b]) / len(bags[b]) for b in rows) / k
-        var = sum(sum((r - mu) ** 2 for r in bags[b]) / len(bags[b]) for b in rows) / k
+        if length_weighting:
+            k = len(rows)
+            mu = sum(sum(bags[b]) / len(bags[b]) for b in rows) / k
+            var = sum(sum((r - mu) ** 2 for r in bags[b]) / len(bags[b]) for b in rows) / k
+        else:
+            pooled = [r for b in rows for r in bags[b]]
+            mu = sum(pooled) / len(pooled)
+            var = sum((r - mu) ** 2 for r in pooled) / len(pooled)
         for b in rows:
             for t in range(len(mask[b])):
                 if mask[b][t] and var > 0:
-                    out[b][t] = (rewards[b][t] - mu) / (math.sqrt(var) + eps) if norm_by_std else rewards[b][t] - mu
+                    std = max(math.sqrt(var), std_floor)
+                    out[b][t] = (rewards[b][t] - mu) / (std + eps) if norm_by_std else rewards[b][t] - mu
     return torch.tensor(out, dtype=torch.float64)
 
 
@@ -200,3 +216,134 @@ def test_adapter_reads_config_and_ignores_extra_kwargs():
     torch.testing.assert_close(adv, reference_bot(rewards, mask, [0, 0], eps=0.0).float())
     centred, _ = compute_bot_advantage(rewards, mask, index=index, config={"norm_adv_by_std_in_grpo": False})
     torch.testing.assert_close(centred, torch.tensor([[0.75, -0.25], [-0.25, -0.25]]))
+
+
+def test_shift_far_from_the_row_mean_keeps_float32_precision():
+    # each row's first reward (the row's shift) is an outlier: the shifted-sum variance would cancel ~13 bits
+    gen = torch.Generator().manual_seed(3)
+    rewards = 1.0 + torch.randn(4, 4096, dtype=torch.float64, generator=gen) * 1e-3
+    rewards[:, 0] = 5.0
+    mask = torch.ones(4, 4096)
+    ref = reference_bot(rewards, mask, [0, 0, 0, 0])
+    torch.testing.assert_close(bot_advantage(rewards.float(), mask, np.zeros(4)).double(), ref, rtol=0, atol=1e-4)
+
+
+def test_token_pooling_hand_computed():
+    # the hand-computed group above without length weighting: 5 tokens [1, 1, 0 | 0, 0] in one bag
+    #   mu = 2/5, var = 1/5 * (2*(3/5)^2 + 3*(2/5)^2) = 6/25   (the paper's weighting: mu = 1/3, var = 2/9)
+    rewards = torch.tensor([[1.0, 1.0, 0.0, 9.0], [0.0, 0.0, 5.0, 5.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    adv = bot_advantage(rewards, mask, np.array(["a", "a"]), epsilon=0.0, length_weighting=False)
+    std = math.sqrt(6 / 25)
+    expected = torch.tensor([[0.6 / std, 0.6 / std, -0.4 / std, 0.0], [-0.4 / std, -0.4 / std, 0.0, 0.0]])
+    torch.testing.assert_close(adv, expected, rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(adv, bot_advantage(rewards, mask, np.array(["a", "a"]), epsilon=0.0), atol=0.1)
+
+
+def test_token_pooling_equals_length_weighting_when_lengths_are_equal():
+    torch.manual_seed(4)
+    rewards = torch.randn(12, 9, dtype=torch.float64)
+    mask = torch.ones(12, 9)
+    mask[:, 7:] = 0  # every rollout 7 tokens long
+    index = np.repeat(np.arange(3), 4)
+    pooled = bot_advantage(rewards, mask, index, length_weighting=False)
+    torch.testing.assert_close(pooled, bot_advantage(rewards, mask, index), rtol=1e-12, atol=1e-12)
+
+
+def test_std_floor_hand_computed():
+    # a tied group: both rollouts G = 1, one token carries S = -0.01
+    #   mu = 1/2 * (3.99/4 + 1) = 0.99875; deviations +0.00125 (7 tokens) and -0.00875 (1 token)
+    #   var = 1/2 * (1/4 * (3 * 0.00125^2 + 0.00875^2) + 0.00125^2) = 1.09375e-5, std = 0.0033072
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 0.99], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    mask = torch.ones(2, 4)
+    index = np.array([0, 0])
+    std = math.sqrt(1.09375e-5)
+    expected = torch.full((2, 4), 0.00125, dtype=torch.float64)
+    expected[0, 3] = -0.00875
+    for floor, divisor in ((0.0, std), (0.001, std), (0.1, 0.1)):
+        adv = bot_advantage(rewards, mask, index, epsilon=0.0, std_floor=floor)
+        torch.testing.assert_close(adv, expected / divisor, rtol=1e-9, atol=1e-12)
+    assert torch.equal(bot_advantage(rewards, mask, index, std_floor=0.0), bot_advantage(rewards, mask, index))
+
+
+def test_std_floor_bounds_a_tied_group_of_long_rollouts():
+    # issue case: 8 rollouts x 4096 tokens, all the same G; one token with S = -0.01
+    rewards = torch.ones(8, 4096)
+    rewards[3, 100] = 0.99
+    mask = torch.ones(8, 4096)
+    index = np.zeros(8)
+    assert float(bot_advantage(rewards, mask, index)[3, 100]) < -150
+    floored = bot_advantage(rewards, mask, index, std_floor=0.01)
+    torch.testing.assert_close(floored[3, 100], torch.tensor(-0.01 * (1 - 1 / 32768) / (0.01 + 1e-6)))
+    assert float(floored.abs().max()) < 1.0
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches(), st.booleans(), st.booleans(), st.sampled_from([0.0, 0.05, 1.0]))
+def test_knobs_match_loop_reference(batch, norm_by_std, length_weighting, std_floor):
+    rewards, mask, index = batch
+    kwargs = {"norm_by_std": norm_by_std, "length_weighting": length_weighting, "std_floor": std_floor}
+    adv = bot_advantage(rewards, mask, index, **kwargs)
+    ref = reference_bot(rewards, mask, list(index), **kwargs)
+    torch.testing.assert_close(adv, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_diagnostics_hand_computed():
+    rewards = torch.tensor(
+        [
+            [1.0, 0.0, 0.0, 0.0],  # group "tied": means 1/2 and 1/2, all variance within rollouts
+            [0.0, 1.0, 0.0, 0.0],
+            [1.0, 1.0, 0.0, 0.0],  # group "split": means 1 and 0, all variance between rollouts
+            [0.0, 0.0, 0.0, 0.0],
+            [2.0, 2.0, 2.0, 0.0],  # group "equal": every reward 2 (tied, advantages exactly 0)
+            [2.0, 0.0, 0.0, 0.0],
+            [4.0, 0.0, 0.0, 0.0],  # group "solo": one rollout, not counted in the share
+        ]
+    )
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1] * 4])
+    index = np.array(["tied", "tied", "split", "split", "equal", "equal", "solo"], dtype=object)
+    adv, stats = bot_advantage_and_stats(rewards, mask, index, epsilon=0.0)
+    # groups in sorted uid order: equal, solo, split, tied
+    torch.testing.assert_close(stats.rollouts, torch.tensor([2.0, 1.0, 2.0, 2.0], dtype=torch.float64))
+    within, between = torch.tensor([0.0, 3.0, 0.0, 0.25]), torch.tensor([0.0, 0.0, 0.25, 0.0])  # float32 sums
+    torch.testing.assert_close(stats.within, within.double(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(stats.between, between.double(), rtol=1e-6, atol=1e-7)
+    # solo: mu = 1, var = 1/4 * (3^2 + 3 * 1^2) = 3, so the token with reward 4 gets 3 / sqrt(3)
+    diagnostics = bot_diagnostics(adv, stats)
+    assert diagnostics["tied_group_share"] == pytest.approx(2 / 3)
+    assert diagnostics["adv_abs_max"] == pytest.approx(math.sqrt(3), rel=1e-6)
+
+
+def test_tied_share_counts_near_equal_means_as_tied():
+    # 8 rollouts with the same G; one local penalty moves one rollout's mean by 0.01 / 4096
+    rewards = torch.ones(8, 4096)
+    rewards[3, 100] = 0.99
+    adv, stats = bot_advantage_and_stats(rewards, torch.ones(8, 4096), np.zeros(8))
+    assert bot_diagnostics(adv, stats)["tied_group_share"] == 1.0
+    assert bot_diagnostics(adv, stats, tie_tolerance=0.0)["tied_group_share"] == 0.0  # exact equality: not tied
+    empty_adv, empty_stats = bot_advantage_and_stats(torch.zeros(0, 3), torch.zeros(0, 3), [])
+    assert bot_diagnostics(empty_adv, empty_stats) == {"adv_abs_max": 0.0, "tied_group_share": 0.0}
+
+
+def test_options_read_the_knobs_and_reject_bad_values():
+    assert bot_options(None) == {"epsilon": 1e-6, "norm_by_std": True, "length_weighting": True, "std_floor": 0.0}
+    config = {"bot_length_weighting": False, "bot_std_floor": 0.5, "bot_epsilon": 0.0}
+    assert bot_options(config) == {"epsilon": 0.0, "norm_by_std": True, "length_weighting": False, "std_floor": 0.5}
+    torch.manual_seed(5)
+    rewards, mask, index = torch.randn(4, 6), torch.ones(4, 6), np.array([0, 0, 1, 1])
+    adv, _ = compute_bot_advantage(rewards, mask, index=index, config=config)
+    torch.testing.assert_close(adv, reference_bot(rewards, mask, list(index), 0.0, True, False, 0.5).float())
+    # as verl passes them: its `algorithm` DictConfig with the `+algorithm.bot_*=...` overrides parsed by OmegaConf
+    overrides = OmegaConf.from_dotlist(
+        ["bot_length_weighting=false", "bot_std_floor=1", "norm_adv_by_std_in_grpo=true"]
+    )
+    assert bot_options(overrides) == {"epsilon": 1e-6, "norm_by_std": True, "length_weighting": False, "std_floor": 1.0}
+    for key, value in (
+        ("bot_std_floor", -0.1),
+        ("bot_std_floor", float("nan")),
+        ("bot_std_floor", "0.1"),
+        ("bot_length_weighting", "false"),
+        ("bot_length_weighting", 0),
+    ):
+        with pytest.raises(ValueError, match=key):
+            bot_options({key: value})

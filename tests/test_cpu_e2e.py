@@ -35,7 +35,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+import torch
 
+from verl_bot.advantage.bot import bot_advantage
 from verl_bot.cpu import overrides
 
 pytestmark = pytest.mark.timeout(900)
@@ -43,13 +45,32 @@ pytestmark = pytest.mark.timeout(900)
 MARK_ENV = "VERL_BOT_TEST_RUN"
 
 PROBE = '''
-"""Test probe (loaded by verl via VERL_USE_EXTERNAL_MODULES): records what the `bot` estimator receives."""
-import json, os
+"""Test probe (loaded by verl via VERL_USE_EXTERNAL_MODULES in every verl process): records what the
+estimators receive, the advantages of the whole advantage step, and the advantages at the actor's update."""
+import json, os, zlib
 import torch
 import verl_bot.plugin
 verl_bot.plugin.register()
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.v1 import trainer_base
+from verl_bot.context import current
+from verl_bot.rewards.toy import toy_lint
+
+
+def _write(record, env="VB_PROBE_FILE"):
+    with open(os.environ[env], "a") as f:
+        f.write(json.dumps(record) + "\\n")
+
+
+def flaky_toy_lint(prompt, response, ground_truth=None, extra_info=None):
+    """toy_lint, but the scorer fails (raises) on a third of the responses, deterministically by their text."""
+    if zlib.crc32(response.encode()) % 3 == 0:
+        raise RuntimeError("flaky scorer: simulated timeout")
+    return toy_lint(prompt, response, ground_truth, extra_info)
+
+
 _bot = core_algos.get_adv_estimator_fn("bot")
+
 
 def bot_probe(*args, **kwargs):
     """token_level_rewards, response_mask: [B, T]. Records per-row stats, then runs the real `bot`."""
@@ -69,12 +90,13 @@ def bot_probe(*args, **kwargs):
             "distinct": int(torch.unique(valid).numel()),
             "sum": float(valid.sum()),
         })
-    with open(os.environ["VB_PROBE_FILE"], "a") as f:
-        f.write(json.dumps({"shape": list(r.shape), "rows": rows}) + "\\n")
+    _write({"estimator": "bot", "shape": list(r.shape), "rows": rows})
     return _bot(*args, **kwargs)
+
 
 core_algos.ADV_ESTIMATOR_REGISTRY["bot"] = bot_probe
 _pure = core_algos.get_adv_estimator_fn("pure")
+
 
 def pure_probe(*args, **kwargs):
     """Records the reward streams the `pure` estimator finds active, then runs the real `pure`."""
@@ -91,11 +113,47 @@ def pure_probe(*args, **kwargs):
         "outcome_padding": float(streams["outcome"][i][~m[i]].abs().sum()),
         "adv_nonzero": int((advantages[i][m[i]] != 0).sum()),
     } for i in range(mask.shape[0])]
-    with open(os.environ["VB_PROBE_FILE"], "a") as f:
-        f.write(json.dumps({"estimator": "pure", "shape": list(mask.shape), "rows": rows}) + "\\n")
+    _write({"estimator": "pure", "shape": list(mask.shape), "rows": rows})
     return advantages, returns
 
+
 core_algos.ADV_ESTIMATOR_REGISTRY["pure"] = pure_probe
+_advantage_step = trainer_base.compute_advantage_for_multi_trajectories
+
+
+def advantage_step_probe(data, *args, **kwargs):
+    """The whole advantage step (verl-bot's hook inside): per row uid, rewards, old log-probs, advantages, failed."""
+    out = _advantage_step(data, *args, **kwargs)
+    ctx = current()
+    mask = out.batch["response_mask"].bool()
+    failed = ctx.failed.tolist() if ctx is not None and ctx.failed is not None else [False] * len(mask)
+    rows = []
+    for i in range(len(mask)):
+        rows.append({
+            "uid": str(out.non_tensor_batch["uid"][i]),
+            "failed": bool(failed[i]),
+            "rewards": out.batch["token_level_rewards"][i][mask[i]].tolist(),
+            "old_log_probs": out.batch["old_log_probs"][i][mask[i]].tolist(),
+            "advantages": out.batch["advantages"][i][mask[i]].tolist(),
+        })
+    _write({"step": "advantage", "rows": rows})
+    return out
+
+
+trainer_base.compute_advantage_for_multi_trajectories = advantage_step_probe
+_vanilla = core_algos.POLICY_LOSS_REGISTRY["vanilla"]
+
+
+def vanilla_probe(old_log_prob, log_prob, advantages, response_mask, *args, **kwargs):
+    """At the actor's update (a worker process): each row's old log-probs and the advantages the loss uses."""
+    m = response_mask.bool()
+    rows = [{"old_log_probs": old_log_prob[i][m[i]].tolist(), "advantages": advantages[i][m[i]].tolist()}
+            for i in range(len(m))]
+    _write({"step": "loss", "rows": rows})
+    return _vanilla(old_log_prob, log_prob, advantages, response_mask, *args, **kwargs)
+
+
+core_algos.POLICY_LOSS_REGISTRY["vanilla"] = vanilla_probe
 '''
 
 
@@ -123,6 +181,8 @@ def workdir(tmp_path_factory, tiny_model_dir) -> Path:
     df = pd.DataFrame(rows)
     df.to_parquet(root / "train.parquet")
     df.iloc[:8].to_parquet(root / "val.parquet")
+    # every other prompt scored by a scorer that fails on a third of the responses (vb_probe.flaky_toy_lint)
+    df.assign(data_source=["toy_lint", "toy_flaky"] * 16).to_parquet(root / "train_flaky.parquet")
     (root / "probe").mkdir()
     (root / "probe" / "vb_probe.py").write_text(PROBE)
     return root
@@ -289,11 +349,26 @@ class Run:
 
 # -------------------------------------------------------------------------------------------- tests
 def test_bot_two_steps_on_cpu(workdir):
-    """2 steps with `bot` + the `bot` reward manager: dense rewards reach the estimator, weights move and sync."""
+    """2 steps with `bot` + the `bot` reward manager + a KL loss (a reference model on the CPU), with a scorer that
+    fails on some responses. Checked from the rollout server, verl's metrics and the probe:
+
+    - dense rewards reach the estimator; weights move and the rollout server gets them every step;
+    - the advantages of the step are exactly `bot_advantage` of the composed token rewards of the rollouts whose
+      scorer answered, and 0 on every token of those whose scorer failed;
+    - the advantages the actor's loss used are those (rows matched by their old log-probs);
+    - the reference model ran (actor/kl_loss) and the step's metrics carry the reward and estimator diagnostics.
+    """
     run = Run(
         workdir,
         "bot",
-        ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot"],
+        [
+            "algorithm.adv_estimator=bot",
+            "reward.reward_manager.name=bot",
+            f"data.train_files={workdir / 'train_flaky.parquet'}",
+            "+reward.reward_kwargs.bot.scorers.toy_flaky=python:vb_probe:flaky_toy_lint",
+            "actor_rollout_ref.actor.use_kl_loss=True",
+            "actor_rollout_ref.actor.kl_loss_coef=0.01",
+        ],
     ).start()
     try:
         rc = run.wait(timeout=420)
@@ -311,22 +386,56 @@ def test_bot_two_steps_on_cpu(workdir):
     assert updates[1]["checksum"] != updates[0]["checksum"], "actor weights did not change after step 1"
     assert updates[2]["checksum"] != updates[1]["checksum"], "actor weights did not change after step 2"
 
-    # verl's metrics: 2 steps, and the rollout sampled with the weights the trainer has
+    # verl's metrics: 2 steps, the rollout sampled with the trainer's weights, the reference model, our metrics
     metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
     steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
     assert sorted(steps) == [1, 2], metrics
     for step, data in steps.items():
         assert data["training/rollout_probs_diff_mean"] < 1e-3, (step, data["training/rollout_probs_diff_mean"])
         assert data["actor/grad_norm"] > 0, (step, data["actor/grad_norm"])
+        assert "actor/kl_loss" in data, sorted(data)
+        for key in ("reward/score/mean", "reward/acc/mean", "reward/scorer_failed/mean", "bot/adv_abs_max"):
+            assert key in data, (key, sorted(data))
+    assert any(data["reward/scorer_failed/mean"] > 0 for data in steps.values())
 
     # the `bot` estimator received dense per-token rewards (not one scalar on the last token)
     calls = [json.loads(ln) for ln in run.probe.read_text().splitlines() if ln.strip()]
-    assert len(calls) == 2, calls
-    for call in calls:
+    estimator_calls = [c for c in calls if c.get("estimator") == "bot"]
+    assert len(estimator_calls) == 2, calls
+    for call in estimator_calls:
         rows = call["rows"]
         assert len(rows) == 16
         assert any(r["nonzero_before_last"] > 0 for r in rows), rows
         assert any(r["distinct"] >= 2 for r in rows), "no local (span) penalties in any row: " + str(rows)
+
+    # the step's advantages: bot_advantage over the rollouts whose scorer answered; 0 where it failed
+    advantage_steps = [c["rows"] for c in calls if c.get("step") == "advantage"]
+    assert len(advantage_steps) == 2
+    failed_seen = 0
+    for rows in advantage_steps:
+        failed_seen += sum(r["failed"] for r in rows)
+        for r in rows:
+            if r["failed"]:
+                assert not any(r["advantages"]), r
+        valid = [r for r in rows if not r["failed"]]
+        width = max(len(r["rewards"]) for r in valid)
+        rewards = torch.zeros(len(valid), width)
+        mask = torch.zeros(len(valid), width)
+        for i, r in enumerate(valid):
+            rewards[i, : len(r["rewards"])] = torch.tensor(r["rewards"])
+            mask[i, : len(r["rewards"])] = 1.0
+        expected = bot_advantage(rewards, mask, [r["uid"] for r in valid])
+        for i, r in enumerate(valid):
+            torch.testing.assert_close(torch.tensor(r["advantages"]), expected[i, : len(r["rewards"])])
+    assert failed_seen > 0, "the flaky scorer never failed: the test checks nothing about failures"
+
+    # what the actor's loss used: the same advantages, row by row (matched by old log-probs)
+    by_old = {tuple(round(x, 5) for x in r["old_log_probs"]): r for rows in advantage_steps for r in rows}
+    loss_rows = [r for c in calls if c.get("step") == "loss" for r in c["rows"]]
+    assert len(loss_rows) == 32, len(loss_rows)
+    for r in loss_rows:
+        source = by_old[tuple(round(x, 5) for x in r["old_log_probs"])]
+        torch.testing.assert_close(torch.tensor(r["advantages"]), torch.tensor(source["advantages"]))
 
 
 def test_pure_two_steps_on_cpu(workdir):
@@ -338,6 +447,7 @@ def test_pure_two_steps_on_cpu(workdir):
         run.cleanup()
     assert rc == 0, run.output(6000)
     calls = [json.loads(ln) for ln in run.probe.read_text().splitlines() if ln.strip()]
+    calls = [c for c in calls if "estimator" in c]
     assert len(calls) == 2 and all(c["estimator"] == "pure" for c in calls), calls
     for call in calls:
         rows = call["rows"]
@@ -423,3 +533,89 @@ def test_sigint_leaves_no_ray_processes(workdir):
         assert not left, "Ray processes left behind after SIGINT:\n" + "\n".join(details)
     finally:
         run.cleanup()
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "message"),
+    [
+        (
+            "unknown_data_source",
+            ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot", "data.train_files={nope}"],
+            "no scorer for data_source='nope'",
+        ),
+        (
+            "naive_scalar",
+            ["algorithm.adv_estimator=bot", "reward.reward_manager.name=naive"],
+            "reward.reward_manager.name=naive gives one scalar per response",
+        ),
+        (
+            "kl_in_reward",
+            ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot", "algorithm.use_kl_in_reward=True"],
+            "use the actor's KL loss",
+        ),
+    ],
+)
+def test_misconfiguration_stops_verls_trainer_before_ray_with_the_message_last(workdir, name, extra, message):
+    """verl's real trainer command, misconfigured: non-zero exit in seconds, the message is the last line."""
+    import pandas as pd
+
+    nope = workdir / "nope.parquet"
+    pd.read_parquet(workdir / "train.parquet").assign(data_source="nope").to_parquet(nope)
+    run = Run(workdir, name, [e.format(nope=nope) for e in extra]).start()
+    t0 = time.monotonic()
+    try:
+        rc = run.wait(timeout=120)
+        out = run.output()
+    finally:
+        run.cleanup()
+    assert rc != 0 and time.monotonic() - t0 < 120
+    assert _last_line(out).startswith("verl-bot: run stopped: VerlBotConfigError: "), out[-3000:]
+    assert message in _last_line(out), out[-3000:]
+    assert "Started a local Ray instance" not in out  # refused before Ray (and before any model loads)
+
+
+def test_a_reward_server_refusing_our_credentials_stops_the_run_before_the_first_update(workdir):
+    """A configuration error that only shows when a rollout is scored (HTTP 401 from a real reward server):
+    the reward path marks it, the replay buffer stops the run before any update, the message is the last line."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reward_servers.math", "--port", str(port), "--workers", "1", "--token", "secret"],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    run = Run(
+        workdir,
+        "refused",
+        [
+            "algorithm.adv_estimator=bot",
+            "reward.reward_manager.name=bot",
+            f"+reward.reward_kwargs.bot.scorers.toy_lint=http://127.0.0.1:{port}",
+        ],
+    )
+    run.env.pop("REWARD_SERVER_TOKEN", None)
+    t0 = time.monotonic()
+    try:
+        run.start()
+        rc = run.wait(timeout=300)
+        out = run.output()
+    finally:
+        run.cleanup()
+        server.terminate()
+        server.wait(30)
+    assert rc != 0, out[-3000:]
+    last = _last_line(out)
+    assert last.startswith("verl-bot: run stopped: VerlBotConfigError: "), out[-3000:]
+    assert "answered HTTP 401 (credentials refused)" in last and "REWARD_SERVER_TOKEN" in last, last
+    assert not run.metrics.exists() or "actor/pg_loss" not in run.metrics.read_text()  # no update ran
+    print(f"refused run stopped after {time.monotonic() - t0:.0f} s")

@@ -74,9 +74,18 @@ def test_a_planted_circle_is_found():
 
 
 def test_only_the_plugin_and_the_cpu_backend_install_hooks():
-    graph = import_graph()
-    users = {name for name, deps in graph.items() if any(d.startswith("verl_bot.hooks") for d in deps)}
-    assert {u for u in users if not u.startswith("verl_bot.hooks")} == {"verl_bot.plugin", "verl_bot.cpu"}
+    """The plugin installs the hooks, the CPU backend its own; the manager and the start-up checks only read
+    verl's reward functions (hooks/reward_functions.py changes nothing of verl)."""
+    reader = "verl_bot.hooks.reward_functions"
+    users: dict[str, set[str]] = {}
+    for name, deps in import_graph().items():
+        if not name.startswith("verl_bot.hooks"):
+            hooks = {d for d in deps if d.startswith("verl_bot.hooks")}
+            if hooks:
+                users[name] = hooks
+    assert {name for name, hooks in users.items() if reader not in hooks} == {"verl_bot.plugin", "verl_bot.cpu"}
+    readers = {name: hooks for name, hooks in users.items() if reader in hooks}
+    assert readers == {n: {"verl_bot.hooks", reader} for n in ("verl_bot.rewards.verl_scorer", "verl_bot.preflight")}
 
 
 def test_estimators_and_the_ground_floor_import_no_wrapper():

@@ -1,4 +1,5 @@
-"""recipes/data/aime.py: JSONL/CSV/parquet in, verl parquet rows out, 80/20 split under a fixed seed."""
+"""recipes/data/aime.py: a dataset (hub layout) or a JSONL/CSV/parquet file in, through `datasets.load_dataset`;
+verl parquet rows out, 80/20 split under a fixed seed."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ SAMPLE = ROOT / "recipes" / "data" / "aime_sample.jsonl"
 
 
 def test_sample_file_converts(tmp_path):
-    df = aime.read_table(SAMPLE)
+    df = aime.load_table(SAMPLE)
     assert len(df) >= 10 and {"problem", "answer", "year"} <= set(df.columns)
     train, test, dropped = aime.convert(df, "aime", 0.2, 42)
     assert dropped == 0 and len(train) + len(test) == len(df) and len(test) == round(0.2 * len(df))
@@ -54,7 +55,7 @@ def test_bad_answers_dropped():
 
 
 def test_csv_parquet_and_cli(tmp_path):
-    df = aime.read_table(SAMPLE)
+    df = aime.load_table(SAMPLE)
     csv = tmp_path / "in.csv"
     df.to_csv(csv, index=False)
     pq = tmp_path / "in.parquet"
@@ -87,13 +88,58 @@ def test_math_style(tmp_path):
         {"problem": "No answer here.", "solution": "none"},
     ]
     src.write_text("\n".join(json.dumps(r) for r in recs))
-    train, test, dropped = aime.convert(aime.read_table(src), "math", 0.0, 0)
+    train, test, dropped = aime.convert(aime.load_table(src), "math", 0.0, 0)
     assert dropped == 1
     assert [r["reward_model"]["ground_truth"] for r in train] == ["\\frac{1}{2}", "2"]
     assert train[0]["data_source"] == "math" and train[0]["extra_info"]["level"] == "Level 1"
     assert "0 to 999" not in train[0]["prompt"][0]["content"]
 
 
-def test_unsupported_format(tmp_path):
-    with pytest.raises(ValueError):
-        aime.read_table(tmp_path / "x.txt")
+def test_unsupported_format_and_missing_file(tmp_path):
+    (tmp_path / "x.txt").write_text("problem,answer\n")
+    with pytest.raises(ValueError, match="unsupported input format"):
+        aime.load_table(tmp_path / "x.txt")
+    with pytest.raises(FileNotFoundError):
+        aime.load_table(tmp_path / "missing.jsonl")
+
+
+def test_json_array_file(tmp_path):
+    src = tmp_path / "aime.json"
+    src.write_text(json.dumps([{"problem": "What is 6*7?", "answer": "042", "year": 1999}]))
+    train, _, dropped = aime.convert(aime.load_table(src), "aime", 0.0, 0)
+    assert dropped == 0 and train[0]["reward_model"]["ground_truth"] == "42"
+
+
+def test_default_is_the_hub_aime_set_through_datasets(tmp_path):
+    """Without --input: `datasets.load_dataset(--dataset, split=--split)`, the call that fetches the hub set.
+    Here --dataset is a local directory laid out like the hub repository (no network): the same code path,
+    the hub's columns (ID, Year, Problem Number, Question, Answer, Part)."""
+    assert aime.DEFAULT_DATASET == "di-zhang-fdu/AIME_1983_2024"
+    records = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
+    repo = tmp_path / "AIME_1983_2024"
+    repo.mkdir()
+    pd.DataFrame(
+        [
+            {
+                "ID": f"{r['year']}-{i + 1}",
+                "Year": r["year"],
+                "Problem Number": i + 1,
+                "Question": r["problem"],
+                "Answer": int(r["answer"]),
+                "Part": None if r["year"] < 2000 else "I",
+            }
+            for i, r in enumerate(records)
+        ]
+    ).to_csv(repo / "AIME_Dataset_1983_2024.csv", index=False)
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "recipes/data/aime.py"), "--dataset", str(repo), "--out-dir", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {len(records) - round(0.2 * len(records))} train + {round(0.2 * len(records))} test rows" in r.stdout
+    rows = pd.concat([pd.read_parquet(out / "train.parquet"), pd.read_parquet(out / "test.parquet")])
+    by_id = {e["id"]: (e, gt["ground_truth"]) for e, gt in zip(rows["extra_info"], rows["reward_model"], strict=True)}
+    extra, ground_truth = by_id["2001-1"]
+    assert ground_truth == "1" and extra["year"] == 2001 and extra["problem"] == records[0]["problem"]
+    # --split reaches datasets: the directory has only a train split
+    r = subprocess.run([*cmd, "--split", "test"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "test" in r.stderr

@@ -3,7 +3,8 @@ config that verl accepts, with the values the paper (or our documented choice) a
 
 How: `DRY_RUN=args bash recipes/X.sh` prints the recipe's own command line (bash only, no Python), and each
 one is composed here by Hydra exactly as `python -m verl.trainer.main_ppo` composes it, in this one process
-(the recipe stays the single source of truth: nothing here repeats its overrides). Hydra's struct mode
+(the recipe stays the single source of truth: nothing here repeats its overrides). The AIME recipes run as on
+a fresh checkout, without their data (a dry run needs no data, server, judge or GPU). Hydra's struct mode
 fails a mistyped key; verl's own `validate_config` (what `main_ppo` runs first) fails a bad value. The
 slower checks run in a pool of two processes, started first: one real `DRY_RUN=1` (verl's `--cfg job`, whose
 YAML must equal the composed config) and one full launch path with `START_SERVER=1` (fake `nvidia-smi` and
@@ -71,13 +72,25 @@ def data_env(name: str, data: dict) -> dict:
     return {"DATA_DIR": str(data["react" if name.startswith("react") else "aime"])}
 
 
-def recipe_args(name: str, data: dict, **env: str) -> list[str]:
-    """The recipe's main_ppo overrides, as printed by DRY_RUN=args."""
-    res = run_recipe(name, base_env(data, DRY_RUN="args", **data_env(name, data), **env))
+def dry_run_args(name: str, data: dict, **env: str) -> tuple[list[str], str]:
+    """The recipe's main_ppo overrides, as printed by DRY_RUN=args, and its stderr."""
+    res = run_recipe(name, base_env(data, **{"DRY_RUN": "args", **data_env(name, data), **env}))
     assert res.returncode == 0, res.stderr[-2000:]
     lines = res.stdout.splitlines()
     assert lines[:2] == ["-m", "verl.trainer.main_ppo"], lines[:3]
-    return lines[2:]
+    return lines[2:], res.stderr
+
+
+def recipe_args(name: str, data: dict, **env: str) -> list[str]:
+    return dry_run_args(name, data, **env)[0]
+
+
+def missing_data_line(data_dir: Path) -> str:
+    """What a recipe says about missing AIME data: the one command that makes it."""
+    return (
+        f"recipe: TRAIN_FILES: {data_dir / 'train.parquet'} does not exist. Make them (AIME 1983-2024 from the "
+        f"Hugging Face hub): {sys.executable} {ROOT}/recipes/data/aime.py --out-dir {data_dir}"
+    )
 
 
 def last_line(stderr: str) -> str:
@@ -94,7 +107,8 @@ def data(tmp_path_factory) -> dict:
         [py, "recipes/data/aime.py", "--input", "recipes/data/aime_sample.jsonl", "--out-dir", str(home / "aime")],
     ):
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    return {"home": home, "react": home / "react", "aime": home / "aime"}
+    # no_aime: a fresh checkout, where the AIME data is not made yet
+    return {"home": home, "react": home / "react", "aime": home / "aime", "no_aime": home / "no_aime"}
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +133,7 @@ def slow(data):
         SERVER_START_TIMEOUT_S="240",
     )
     jobs = {
-        "dry_run": ("react_smollm", base_env(data, DRY_RUN="1", ALGO="dapo", **data_env("react_smollm", data)), ()),
+        "dry_run": ("aime_smollm", base_env(data, DRY_RUN="1", ALGO="dapo", DATA_DIR=str(data["no_aime"])), ()),
         "start_server": ("aime_qwen", server_env, ("--cfg", "job")),
     }
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
@@ -168,8 +182,12 @@ def test_every_algo_composes_and_validates(name, data, slow):
     from verl_bot.rewards.settings import manager_settings
 
     task, model_tag = name.split("_")
+    data_dir = data["react"] if task == "react" else data["no_aime"]
     for algo in ALGOS:
-        cfg = compose_verl_config(recipe_args(name, data, ALGO=algo))
+        args, stderr = dry_run_args(name, data, ALGO=algo, DATA_DIR=str(data_dir))
+        if task == "aime":  # no data: said, and the config is still printed
+            assert f"{missing_data_line(data_dir)} (DRY_RUN goes on; a launch stops here)" in stderr, stderr
+        cfg = compose_verl_config(args)
         adv, agg, loss_mode, clip_low, clip_high, token_level = EXPECTED[algo]
         actor = cfg.actor_rollout_ref.actor
         assert cfg.algorithm.adv_estimator == adv, (name, algo)
@@ -181,8 +199,8 @@ def test_every_algo_composes_and_validates(name, data, slow):
         assert cfg.actor_rollout_ref.model.path == MODELS[model_tag]
         assert cfg.actor_rollout_ref.rollout.n == 8
         assert cfg.data.train_batch_size == (8 if task == "aime" else 16)  # AIME: the paper's 8 x 8
-        assert cfg.data.train_files == str(data[task] / "train.parquet")
-        assert cfg.data.val_files == str(data[task] / "test.parquet")
+        assert cfg.data.train_files == str(data_dir / "train.parquet")
+        assert cfg.data.val_files == str(data_dir / "test.parquet")
         assert cfg.reward.reward_manager.name == "bot"
         bot = manager_settings(cfg)  # the manager's own parsing: unknown keys raise
         assert bot["token_level"] is token_level, (name, algo)
@@ -190,7 +208,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
         assert bot["w_local"] == (0.5 if task == "react" else 1.0)
         assert cfg.algorithm.filter_groups.enable is (algo == "dapo")
         if algo == "dapo":
-            assert cfg.algorithm.filter_groups.metric == "score"
+            assert cfg.algorithm.filter_groups.metric == "acc"  # the outcome, as DAPO filters (not G)
             assert actor.use_kl_loss is False
             overlong = cfg.reward.reward_kwargs.overlong_buffer_cfg
             assert overlong.enable is True and overlong.penalty_factor == 1.0
@@ -285,17 +303,30 @@ def test_env_settings_reach_the_config(data, slow):
     ],
 )
 def test_missing_pieces_are_one_clear_line(env, expected, data):
-    res = run_recipe("aime_smollm", {**base_env(data, DRY_RUN="args", **data_env("aime_smollm", data)), **env})
+    res = run_recipe("aime_smollm", {**launch_env(data, "aime_smollm"), **env})
     assert res.returncode == 2, res.stdout[-500:] + res.stderr[-1500:]
     assert res.stdout == ""
     assert last_line(res.stderr).startswith(expected), last_line(res.stderr)
 
 
 def test_aime_data_missing_says_how_to_make_it(data):
-    res = run_recipe("aime_phi", base_env(data, DRY_RUN="args", DATA_DIR=str(data["home"] / "no_aime")))
+    data_dir = data["no_aime"]
+    res = run_recipe("aime_phi", launch_env(data, "aime_phi", DATA_DIR=str(data_dir)))
     assert res.returncode == 2
-    line = last_line(res.stderr)
-    assert line.startswith("recipe: TRAIN_FILES:") and "recipes/data/aime.py --input" in line, line
+    assert last_line(res.stderr) == missing_data_line(data_dir)
+
+
+def test_dry_run_says_which_inputs_are_missing_and_goes_on(data):
+    missing = {"MODEL_PATH": "/nonexistent/model", "VAL_FILES": "/nonexistent/val.parquet"}
+    args, stderr = dry_run_args("aime_qwen", data, **missing)
+    assert "actor_rollout_ref.model.path=/nonexistent/model" in args
+    assert "data.val_files=/nonexistent/val.parquet" in args
+    goes_on = " (DRY_RUN goes on; a launch stops here)"
+    assert [line for line in stderr.splitlines() if line.startswith("recipe: ")] == [
+        "recipe: MODEL_PATH=/nonexistent/model: no such model directory" + goes_on,
+        "recipe: VAL_FILES: /nonexistent/val.parquet does not exist. Make them (AIME 1983-2024 from the Hugging "
+        f"Face hub): {sys.executable} {ROOT}/recipes/data/aime.py --out-dir {data['aime']}" + goes_on,
+    ]
 
 
 def test_react_data_is_made_when_missing(data):
@@ -344,7 +375,7 @@ def fake_server():
 
 def launch_env(data, name, **env):
     # NGPUS_PER_NODE=9999: even on a GPU machine the launch stops at the GPU check, never trains
-    return base_env(data, **data_env(name, data), NGPUS_PER_NODE="9999", **env)
+    return base_env(data, **{**data_env(name, data), "NGPUS_PER_NODE": "9999", **env})
 
 
 def test_reward_server_down_is_one_line(data):
@@ -395,8 +426,9 @@ def test_start_server_needs_the_judge_it_requires(data):
 def test_dry_run_prints_verls_composed_config(data, slow):
     res = slow["futures"]["dry_run"].result()
     assert res.returncode == 0, res.stderr[-3000:]
+    assert f"{missing_data_line(data['no_aime'])} (DRY_RUN goes on; a launch stops here)" in res.stderr
     printed = OmegaConf.create(res.stdout)
-    composed = compose_verl_config(recipe_args("react_smollm", data, ALGO="dapo"))
+    composed = compose_verl_config(recipe_args("aime_smollm", data, ALGO="dapo", DATA_DIR=str(data["no_aime"])))
     assert OmegaConf.to_container(printed) == OmegaConf.to_container(composed)
     assert printed.algorithm.filter_groups.enable is True
     assert printed.actor_rollout_ref.actor.clip_ratio_high == 0.28

@@ -21,10 +21,11 @@ Refused:
 - a `data_source` of the local train/val parquet files that no scorer serves
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
+- an estimator knob of the wrong kind (e.g. `+algorithm.bot_std_floor=-1`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import);
-- `adv_estimator=grail` (`grail_problem`) with bad `+algorithm.grail_*` knobs, or
-  where its weights are not computed or not tested: an actor strategy other
+- `adv_estimator=grail` (`grail_problem`) where its weights are not computed
+  or not tested: an actor strategy other
   than `fsdp2` (FSDP1 needs an accelerator and is untested; Megatron, veomni,
   ... have no hook), Ulysses sequence parallelism, fused kernels (no logits),
   distillation, or the `bot` manager's dense token rewards (GRAIL reweights
@@ -38,9 +39,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from verl_bot.advantage import estimator_spec
-from verl_bot.advantage.grail import GrailSettings
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.rewards.scorers import build_scorers, unscorable_sources
+from verl_bot.hooks.reward_functions import default_knows, function_config
+from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 BROADCAST_KEY = "bot_broadcast_scalar"
@@ -79,6 +80,16 @@ def data_sources(paths: Iterable[str]) -> dict[str, str]:
     return found
 
 
+def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> list[str]:
+    """The data sources among `sources` the `bot` manager could not score: no configured or built-in scorer,
+    no `reward.custom_reward_function` (which is asked about any data source), and unknown to verl's
+    `default_compute_score`."""
+    if "custom_reward_function" in function_config(config):
+        return []
+    known = {**DEFAULT_SCORERS, **dict(settings.get("scorers") or {})}
+    return [source for source in sources if source not in known and not default_knows(source)]
+
+
 def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> str | None:
     algorithm = config.get("algorithm") or {}
     dense = settings is not None and bool(settings["token_level"])
@@ -101,11 +112,10 @@ def _token_level_problem(config: Any, estimator: str, settings: dict | None) -> 
 
 
 def grail_problem(config: Any, settings: dict | None) -> str | None:
-    """Why `adv_estimator=grail` cannot run with `config` (one line), or None. `settings`: the bot manager's."""
-    try:
-        GrailSettings.from_config(config.get("algorithm"))
-    except ValueError as exc:
-        return str(exc)
+    """Why `adv_estimator=grail` cannot run with `config` (one line), or None. `settings`: the bot manager's.
+
+    Its knobs are checked by the estimator's own parser (`GrailSettings.from_config`, the `options` of its row).
+    """
     actor = config.actor_rollout_ref.actor
     strategy = str(actor.get("strategy", "fsdp"))
     if strategy == "fsdp":
@@ -153,6 +163,8 @@ def check_config(config: Any) -> None:
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
     settings = manager_settings(config) if bot_manager else None
+    if spec is not None and spec.options is not None:
+        spec.options(config.algorithm)
     if estimator == "grail":
         problem = grail_problem(config, settings)
         if problem:
@@ -180,5 +192,6 @@ def check_config(config: Any) -> None:
         raise VerlBotConfigError(
             f"bot reward manager: no scorer for data_source={first!r} (in {sources[first]})"
             + (f" nor {missing[1:]}" if len(missing) > 1 else "")
-            + f"; add +reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
+            + "; no reward.custom_reward_function is set and verl's default_compute_score does not know it; add "
+            + f"+reward.reward_kwargs.bot.scorers.{first}=<builtin:NAME|python:MOD:FN|http://URL>"
         )

@@ -1,12 +1,20 @@
-"""Convert a user-supplied AIME (or MATH-style) file into verl parquet rows: ``train.parquet`` + ``test.parquet``.
+"""AIME 1983-2024 (or a MATH-style file) into verl parquet rows: ``train.parquet`` + ``test.parquet``.
 
-    python recipes/data/aime.py --input aime_1983_2024.jsonl --out-dir ~/data/aime
+    python recipes/data/aime.py --out-dir ~/data/verl_bot/aime      # AIME 1983-2024 from the Hugging Face hub
+    python recipes/data/aime.py --input aime_1983_2024.jsonl --out-dir ~/data/aime   # your own file
     python recipes/data/aime.py --input recipes/data/aime_sample.jsonl --out-dir /tmp/aime_demo   # CPU demo
     python recipes/data/aime.py --input math_train.parquet --kind math --out-dir ~/data/math
 
-Input: JSONL, CSV or parquet (by extension). AIME columns: ``problem``, ``answer``, ``year`` (aliases:
-question/Problem, Answer, Year; optional ``id``/``problem_number``). MATH-style: ``problem`` and either ``answer``
-or ``solution`` (its last ``\\boxed{}`` is the answer), optional ``level``/``type``.
+Loading goes through ``datasets.load_dataset``, as verl's own preprocessing scripts load theirs: without
+``--input``, the hub dataset ``--dataset`` (default ``di-zhang-fdu/AIME_1983_2024``: AIME 1983-2023 and 2024
+part II, columns ID, Year, Problem Number, Question, Answer, Part; its card calls it a benchmark, the paper
+trains on its 80% split) at ``--split`` (default ``train``; ``--dataset`` may also be a local copy of a hub
+dataset's directory); with ``--input FILE``, the file through the ``json`` / ``csv`` / ``parquet`` builder (by
+extension).
+
+Columns: AIME ``problem``, ``answer``, ``year`` (aliases: question/Problem/Question, Answer, Year; optional
+``id``/``ID``/``problem_number``). MATH-style: ``problem`` and either ``answer`` or ``solution`` (its last
+``\\boxed{}`` is the answer), optional ``level``/``type``.
 
 Rows (verl's layout): ``data_source`` ("aime" | "math"), ``prompt`` (chat list: one user message asking for
 ``<step i>`` tags and a ``<final>`` answer), ``ability`` "math", ``reward_model`` {"style": "rule",
@@ -18,7 +26,6 @@ Split: the paper's 80/20 (``--test-frac 0.2``), a shuffle under a fixed ``--seed
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from pathlib import Path
@@ -45,22 +52,25 @@ ALIASES = {
 }
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """A DataFrame from .jsonl/.json (lines), .csv or .parquet."""
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix in (".jsonl", ".json"):
-        with open(p, encoding="utf-8") as f:
-            text = f.read()
-        stripped = text.lstrip()
-        if stripped.startswith("["):
-            return pd.DataFrame(json.loads(text))
-        return pd.DataFrame([json.loads(line) for line in text.splitlines() if line.strip()])
-    if suffix == ".csv":
-        return pd.read_csv(p, dtype=str, keep_default_na=False)
-    if suffix == ".parquet":
-        return pd.read_parquet(p)
-    raise ValueError(f"unsupported input format {suffix!r} (jsonl, json, csv, parquet)")
+DEFAULT_DATASET = "di-zhang-fdu/AIME_1983_2024"
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def load_table(source: str | Path, split: str = "train") -> pd.DataFrame:
+    """A DataFrame from a local .jsonl/.json/.csv/.parquet file, else from the dataset ``source`` (a hub name or
+    a local dataset directory) at ``split``; both through ``datasets.load_dataset``."""
+    import datasets
+
+    path = Path(source).expanduser()
+    if path.suffix.lower() in FILE_BUILDERS:
+        if not path.is_file():
+            raise FileNotFoundError(f"no such input file: {path}")
+        table = datasets.load_dataset(FILE_BUILDERS[path.suffix.lower()], data_files=str(path), split="train")
+    elif path.is_file():
+        raise ValueError(f"unsupported input format {path.suffix!r} (jsonl, json, csv, parquet)")
+    else:
+        table = datasets.load_dataset(str(source), split=split)
+    return table.to_pandas()
 
 
 def pick(record: dict, field: str):
@@ -143,7 +153,9 @@ def convert(df: pd.DataFrame, kind: str = "aime", test_frac: float = 0.2, seed: 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--input", required=True)
+    p.add_argument("--input", help="a local .jsonl/.json/.csv/.parquet file (instead of --dataset)")
+    p.add_argument("--dataset", default=DEFAULT_DATASET, help=f"hub dataset (default {DEFAULT_DATASET})")
+    p.add_argument("--split", default="train", help="split of --dataset (default train)")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--kind", choices=("aime", "math"), default="aime")
     p.add_argument("--test-frac", type=float, default=0.2)
@@ -151,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--year-min", type=int, default=None)
     p.add_argument("--year-max", type=int, default=None)
     args = p.parse_args(argv)
-    df = read_table(args.input)
+    df = load_table(args.input) if args.input else load_table(args.dataset, args.split)
     if args.year_min is not None or args.year_max is not None:
         years = pd.to_numeric(df[next(c for c in ALIASES["year"] if c in df.columns)], errors="coerce")
         keep = years.between(args.year_min or -(10**9), args.year_max or 10**9)

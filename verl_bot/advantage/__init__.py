@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_bot.advantage import pure
-from verl_bot.advantage.bot import compute_bot_advantage
-from verl_bot.advantage.grail import compute_grail_advantage
+from verl_bot.advantage.bot import bot_options, compute_bot_advantage
+from verl_bot.advantage.grail import GrailSettings, compute_grail_advantage
 
 
 @dataclass(frozen=True)
@@ -26,13 +26,14 @@ class EstimatorSpec:
     fn: Callable[..., Any]
     streams: tuple[str, ...] = ()
     token_level: bool = True
+    options: Callable[[Any], Any] | None = None  # parses the estimator's knobs from `algorithm` (raises if bad)
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
-    "bot": EstimatorSpec(compute_bot_advantage),
+    "bot": EstimatorSpec(compute_bot_advantage, options=bot_options),
     "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
     # GRPO's advantage; its token weights are applied in the actor update (verl_bot.hooks.engine_forward_step)
-    "grail": EstimatorSpec(compute_grail_advantage, token_level=False),
+    "grail": EstimatorSpec(compute_grail_advantage, token_level=False, options=GrailSettings.from_config),
 }
 
 

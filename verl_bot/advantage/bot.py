@@ -6,20 +6,37 @@ of its rollout, so every rollout weighs the same however long it is:
 
     mu    = (1/K) * sum_k (1/L_k) * sum_t r_t^(k)
     var   = (1/K) * sum_k (1/L_k) * sum_t (r_t^(k) - mu)^2        (population form)
-    A_t^(k) = (r_t^(k) - mu) / (sqrt(var) + eps)          ("no std scaling": r_t^(k) - mu)
+    A_t^(k) = (r_t^(k) - mu) / (max(sqrt(var), floor) + eps)   ("no std scaling": r_t^(k) - mu)
 
 When every token of a rollout carries the same reward R_k this is GRPO with
 the population std on every token; duplicating every token of a rollout
 leaves mu and var unchanged (length invariance).
 
-Numerics: one (B, T) work buffer; all sums are over rewards shifted by one reward of the group
-(exact when all rewards of a group are equal, so such a group gets exactly 0);
-a group with zero variance gets 0, never NaN or inf; padding gets 0. Rows with
-no valid token take no part in their group (they are not counted in K).
+Knobs (the paper's choice is the default; `compute_bot_advantage` reads them from verl's `algorithm` config):
+
+- `bot_length_weighting` (default True, the paper): each token weighs 1/(K L_k). False: plain token
+  pooling, every valid token of the group weighs 1/N (N = the group's number of valid tokens), so
+  mu = sum of all token rewards / N and var = sum of (r - mu)^2 / N; long rollouts then weigh more.
+- `bot_std_floor` (default 0.0, the paper): the std used for scaling is max(std, floor). In a tied group
+  (every rollout the same outcome) the only variance left is the local signal, and one token with
+  S = -0.01 among 8 x 4096 tokens gets A ~ -178; a floor bounds |A| by max|r - mu| / floor.
+- `bot_epsilon` (default 1e-6): added to the (floored) std.
+
+Numerics: one (B, T) work buffer and one float copy of the mask. Pass 1 writes each valid reward minus
+its row's first valid reward (s_k) and reads back each row's sum and sum of squares; the group's mean
+and variance follow in O(B) float64 work as within-rollout plus between-rollout parts (the variance is
+recomputed directly for the rare row where the shift cancels more than 6 bits); pass 2 turns the
+buffer into the advantages in place. A group whose valid rewards are all equal therefore gets exactly
+0; a group with zero variance gets 0, never NaN or inf; padding gets 0; sums that overflow the dtype
+are redone in float64. Rows with no valid token take no part in their group (they are not counted in K).
+
+`bot_diagnostics` turns the statistics of a batch (`bot_advantage_and_stats`) into the metrics
+`adv_abs_max` and `tied_group_share`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,6 +48,25 @@ from verl_bot.context import current, report_metrics
 from verl_bot.errors import VerlBotConfigError
 
 DEFAULT_EPSILON = 1e-6
+DEFAULT_STD_FLOOR = 0.0
+DEFAULT_TIE_TOLERANCE = 0.01
+
+# V = E[(r - s)^2] - (m - s)^2 loses about log2(E[(r - s)^2] / V) bits to cancellation; a row losing more
+# than 6 has its variance recomputed directly around its mean (rare: s is one of the row's own rewards).
+_CANCELLATION_LIMIT = 64.0
+
+
+class BotStats(NamedTuple):
+    """Per-group statistics behind `bot_advantage`, (G,) float64 each (G = number of distinct uids).
+
+    rollouts: K_g, rollouts of the group with at least one valid token.
+    within: the part of var_g from token rewards around their own rollout's mean reward.
+    between: the part of var_g from the rollouts' mean rewards around mu_g; var_g = within + between.
+    """
+
+    rollouts: torch.Tensor
+    within: torch.Tensor
+    between: torch.Tensor
 
 
 def _raise_if_not_finite(rewards: torch.Tensor, response_mask: torch.Tensor, index) -> None:
@@ -46,13 +82,14 @@ def _raise_if_not_finite(rewards: torch.Tensor, response_mask: torch.Tensor, ind
     )
 
 
-@torch.no_grad()
 def bot_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: np.ndarray | torch.Tensor | list,
     epsilon: float = DEFAULT_EPSILON,
     norm_by_std: bool = True,
+    length_weighting: bool = True,
+    std_floor: float = DEFAULT_STD_FLOOR,
 ) -> torch.Tensor:
     """Per-token BoT-GRPO advantages, vectorized over groups (no Python loop over rows or groups).
 
@@ -61,11 +98,33 @@ def bot_advantage(
         response_mask: (B, T) 1 for response tokens, 0 for padding.
         index: (B,) group label of each row (verl's `uid`), any hashable labels.
         epsilon: added to the group std before dividing.
-        norm_by_std: divide by (std + epsilon); False keeps only the centering.
+        norm_by_std: divide by (max(std, std_floor) + epsilon); False keeps only the centering.
+        length_weighting: weigh each token by 1/(K L_k) (the paper); False: every token by 1/N.
+        std_floor: lower bound on the std used for scaling (0 = the paper).
 
     Returns:
         advantages: (B, T), float32 (float64 if the rewards are float64); 0 on padding
         and for every token of a group whose valid rewards are all equal.
+    """
+    return bot_advantage_and_stats(
+        token_level_rewards, response_mask, index, epsilon, norm_by_std, length_weighting, std_floor
+    )[0]
+
+
+@torch.no_grad()
+def bot_advantage_and_stats(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | torch.Tensor | list,
+    epsilon: float = DEFAULT_EPSILON,
+    norm_by_std: bool = True,
+    length_weighting: bool = True,
+    std_floor: float = DEFAULT_STD_FLOOR,
+) -> tuple[torch.Tensor, BotStats]:
+    """`bot_advantage` (same arguments) and the group statistics it computed on the way (O(G) extra work).
+
+    Returns:
+        advantages: (B, T) as `bot_advantage`; stats: BotStats of (G,) tensors, G = number of distinct uids.
     """
     if token_level_rewards.shape != response_mask.shape or token_level_rewards.dim() != 2:
         raise ValueError(
@@ -74,85 +133,164 @@ def bot_advantage(
         )
     if index is None:
         raise ValueError("bot advantage needs group ids: the batch has no 'uid' (non_tensor_batch['uid'])")
+    if not (math.isfinite(std_floor) and std_floor >= 0):
+        raise ValueError(f"bot advantage: std_floor must be a finite number >= 0, got {std_floor}")
     rewards = token_level_rewards
     batch_size = rewards.shape[0]
     if len(index) != batch_size:
         raise ValueError(f"bot advantage: {len(index)} uids for {batch_size} rows")
-    out_dtype = torch.promote_types(rewards.dtype, torch.float32)
+    work_dtype = torch.promote_types(rewards.dtype, torch.float32)
     if batch_size == 0:
-        return torch.zeros_like(rewards, dtype=out_dtype)
+        empty = rewards.new_zeros(0, dtype=torch.float64)
+        return torch.zeros_like(rewards, dtype=work_dtype), BotStats(empty, empty, empty)
 
     group = as_torch_index(index, device=rewards.device)
     num_groups = int(group.max()) + 1
-    lengths = response_mask.sum(dim=1).double()  # (B,) L_k
-    has_tokens = lengths > 0
-    inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1.0), 0.0)  # (B,) 1/L_k, 0 for empty rows
-    k_per_group = group_sum(has_tokens.double(), group, num_groups).clamp(min=1.0)  # (G,) K
-    groups = _Groups(
-        group, num_groups, _group_shift(rewards, response_mask, group, num_groups, has_tokens), inv_len, k_per_group
-    )
+    mask = response_mask.to(work_dtype)  # (B, T) 0/1; no copy when it is already of the work dtype
+    shift = _first_valid_reward(rewards, mask)  # (B,) s_k
+    buffer, row_sum, sq_sum = _shifted_row_sums(rewards, mask, shift, index)
+    if buffer is None:  # |rewards| near the dtype's limit overflowed: redo it in float64 (rare, exact)
+        mask = response_mask.to(torch.float64)
+        buffer, row_sum, sq_sum = _shifted_row_sums(rewards, mask, shift, index)
+    groups = _group_statistics(rewards, mask, shift, group, num_groups, row_sum, sq_sum, length_weighting)
+    var = groups.stats.within + groups.stats.between
+    if norm_by_std:
+        scale = torch.where(var > 0, 1.0 / (var.clamp(min=0.0).sqrt().clamp(min=std_floor) + epsilon), 0.0)
+    else:
+        scale = torch.where(var > 0, 1.0, 0.0)
+    # buffer holds r - s_k on valid tokens: subtract mu - s_k there, then scale; padding stays 0
+    buffer.addcmul_(mask, groups.mean_minus_shift.to(buffer.dtype)[:, None], value=-1)
+    advantages = buffer.mul_(scale[group].to(buffer.dtype)[:, None])
+    return advantages.to(work_dtype), groups.stats
 
-    advantages, sq_sum = _standardize(rewards, response_mask, groups, epsilon, norm_by_std, out_dtype, index)
-    if not torch.isfinite(sq_sum).all():
-        # |rewards| near the dtype's limit overflowed the shifted buffer: redo it in float64 (rare, exact)
-        advantages, _ = _standardize(rewards, response_mask, groups, epsilon, norm_by_std, torch.float64, index)
-        advantages = advantages.to(out_dtype)
-    return advantages
+
+def _first_valid_reward(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) each row's reward at its first valid token (the reward at token 0 for rows without any).
+
+    rewards: (B, T); mask: (B, T) 0/1 of a float dtype.
+    """
+    if bool((mask[:, 0] != 0).all()):  # right-padded rows: token 0 is valid
+        return rewards[:, 0]
+    first_valid = mask.argmax(dim=1)  # the first 1 of each row
+    return rewards.gather(1, first_valid[:, None]).squeeze(1)
+
+
+def _shifted_row_sums(rewards, mask, shift, index):
+    """Pass 1: the (B, T) buffer of r_t - s_k on valid tokens (0 on padding) and its (B,) float64 row sums
+    and sums of squares; (None, None, None) if they overflow the buffer's dtype.
+
+    rewards: (B, T); mask: (B, T) 0/1 of the buffer's dtype; shift: (B,) s_k, each row's first valid reward.
+    Raises ValueError naming the uids when a valid token's reward is NaN/inf.
+    """
+    buffer = torch.sub(rewards, shift.to(mask.dtype)[:, None]).mul_(mask)
+    row_sum = buffer.sum(dim=1).double()
+    if not torch.isfinite(row_sum).all():
+        _raise_if_not_finite(rewards, mask, index)
+        buffer = torch.where(mask != 0, buffer, 0.0)  # NaN/inf only on padding (or overflow): drop it
+        row_sum = buffer.sum(dim=1).double()
+    sq_sum = torch.linalg.vector_norm(buffer, dim=1).double().square()  # no (B, T) temporary
+    if not (torch.isfinite(row_sum).all() and torch.isfinite(sq_sum).all()):
+        return None, None, None
+    return buffer, row_sum, sq_sum
 
 
 class _Groups(NamedTuple):
-    """Per-row group facts: `group` (B,) ids in [0, num_groups), `shift` (B,) the group's reference reward,
-    `inv_len` (B,) 1/L_k (0 for empty rows), `k_per_group` (G,) rollouts with tokens per group."""
+    """`stats` (BotStats) and `mean_minus_shift` (B,) float64: mu_g - s_k for each row."""
 
-    group: torch.Tensor
-    num_groups: int
-    shift: torch.Tensor
-    inv_len: torch.Tensor
-    k_per_group: torch.Tensor
+    stats: BotStats
+    mean_minus_shift: torch.Tensor
 
 
-def _group_shift(rewards, response_mask, group, num_groups: int, has_tokens) -> torch.Tensor:
-    """(B,) float64: one valid reward of each row's group (its first valid token in some row), 0 if none.
+def _group_statistics(rewards, mask, shift, group, num_groups: int, row_sum, sq_sum, length_weighting: bool) -> _Groups:
+    """Group mean and variance from each row's shifted sums, O(B) float64 work.
 
-    Subtracting it first makes every sum exactly 0 in a group whose rewards are all equal.
-    rewards, response_mask: (B, T); group, has_tokens: (B,).
+    var_g = sum_k W_k * (V_k + (m_k - mu_g)^2): V_k the variance of row k's rewards around their mean m_k,
+    W_k the rollout's weight (1/K, or L_k/N without length weighting). Means are taken relative to one
+    shift of the group (s_g, a row's first reward), so a group whose rewards are all equal gets exactly 0.
+    rewards, mask: (B, T); shift: (B,) s_k; group: (B,) ids; row_sum, sq_sum: (B,) float64 sums of r - s_k
+    and (r - s_k)^2 over each row's valid tokens.
     """
-    rows = torch.arange(rewards.shape[0], device=rewards.device)
-    if bool(((response_mask[:, 0] != 0) | ~has_tokens).all()):  # right-padded rows: token 0 is valid
-        first_valid = torch.zeros_like(rows)
+    lengths = mask.sum(dim=1).double()  # (B,) L_k
+    has_tokens = lengths > 0
+    inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1.0), 0.0)  # (B,) 1/L_k, 0 for empty rows
+    rollouts = group_sum(has_tokens.double(), group, num_groups)  # (G,) K
+    if length_weighting:
+        weight = has_tokens.double() / rollouts.clamp(min=1.0)[group]  # (B,) W_k = 1/K
     else:
-        first_valid = (response_mask != 0).to(torch.uint8).argmax(dim=1)
-    row_first = torch.where(has_tokens, rewards[rows, first_valid].double(), -torch.inf)
-    row_first = torch.where(torch.isfinite(row_first) | ~has_tokens, row_first, 0.0)  # NaN/inf: reported later
-    shift_g = torch.full((num_groups,), -torch.inf, dtype=torch.float64, device=rewards.device)
-    shift_g = shift_g.scatter_reduce(0, group, row_first, reduce="amax")
-    return torch.where(torch.isfinite(shift_g), shift_g, 0.0)[group]
+        weight = lengths / group_sum(lengths, group, num_groups).clamp(min=1.0)[group]  # (B,) W_k = L_k/N
+    row_shift = torch.where(has_tokens, shift.double(), -torch.inf)  # (B,) s_k (finite: NaN/inf raised before)
+    group_shift = torch.full((num_groups,), -torch.inf, dtype=torch.float64, device=rewards.device)
+    group_shift = group_shift.scatter_reduce(0, group, row_shift, reduce="amax")  # (G,) s_g, one of the s_k
+    group_shift = torch.where(torch.isfinite(group_shift), group_shift, 0.0)[group]  # (B,)
+    row_shift = torch.where(has_tokens, row_shift, group_shift)  # rows without tokens: any finite value
+
+    row_mean = row_sum * inv_len  # (B,) m_k - s_k
+    row_var = sq_sum * inv_len - row_mean.square()  # (B,) V_k, by the shifted-sum identity
+    lossy = has_tokens & (sq_sum * inv_len > _CANCELLATION_LIMIT * row_var)  # also catches V_k < 0
+    if bool(lossy.any()):
+        rows = lossy.nonzero().flatten()
+        centered = rewards[rows].double() - (row_shift + row_mean)[rows, None]
+        centered = torch.where(mask[rows] != 0, centered, 0.0)
+        row_var = row_var.index_put((rows,), centered.square().sum(dim=1) * inv_len[rows])
+
+    offset = row_shift - group_shift + row_mean  # (B,) m_k - s_g
+    mean = group_sum(weight * offset, group, num_groups)  # (G,) mu_g - s_g
+    deviation = offset - mean[group]  # (B,) m_k - mu_g
+    within = group_sum(weight * row_var, group, num_groups)
+    between = group_sum(weight * deviation.square(), group, num_groups)
+    mean_minus_shift = mean[group] - (row_shift - group_shift)  # (B,) mu_g - s_k
+    return _Groups(BotStats(rollouts, within, between), mean_minus_shift)
 
 
-def _standardize(rewards, response_mask, groups: _Groups, epsilon, norm_by_std, work_dtype, index):
-    """(r - mu_g) [/ (std_g + eps)] on valid tokens, in ONE (B, T) buffer of `work_dtype`.
+def bot_diagnostics(
+    advantages: torch.Tensor, stats: BotStats, tie_tolerance: float = DEFAULT_TIE_TOLERANCE
+) -> dict[str, float]:
+    """Health metrics of one batch's `bot` advantages (O(G) beyond one read of the advantages).
 
-    rewards, response_mask: (B, T). Returns the advantages (B, T) of `work_dtype` (0 on padding and in
-    zero-variance groups) and the (B,) float64 sums of squared deviations (non-finite if the buffer overflowed).
+    Args:
+        advantages: (B, T) from `bot_advantage_and_stats` (0 on padding).
+        stats: the BotStats returned with them.
+        tie_tolerance: a group counts as tied when its between-rollout variance is at most this
+            share of its variance.
+
+    Returns:
+        adv_abs_max: max |A| over valid tokens (0 for a batch without any).
+        tied_group_share: among groups with >= 2 rollouts, the share that are tied: the rollouts' mean
+            rewards (each over its own tokens) are equal up to `tie_tolerance`, i.e. what is left to
+            standardize is (almost) only within-rollout variation, typically every rollout the same
+            outcome G with different local signals. A group whose rewards are all equal is tied.
+            0 when no group has 2 rollouts.
     """
-    group, num_groups, shift, inv_len, k_per_group = groups
-    centered = rewards.to(work_dtype, copy=True)
-    centered.sub_(shift.to(work_dtype)[:, None]).mul_(response_mask)
-    row_sum = centered.sum(dim=1).double()  # (B,) sum_t (r_t - shift)
-    if not torch.isfinite(row_sum).all():
-        _raise_if_not_finite(rewards, response_mask, index)
-        centered = torch.where(response_mask != 0, centered, 0.0)  # NaN/inf only on padding: drop it
-        row_sum = centered.sum(dim=1).double()
-    mu_g = group_sum(row_sum * inv_len, group, num_groups) / k_per_group  # (G,) mean minus shift
-    centered.sub_(mu_g.to(work_dtype)[group][:, None]).mul_(response_mask)
-    sq_sum = torch.linalg.vecdot(centered, centered).double()  # (B,) sum_t (r_t - mu)^2
-    var_g = group_sum(sq_sum * inv_len, group, num_groups) / k_per_group  # (G,)
+    adv_abs_max = 0.0
+    if advantages.numel():
+        low, high = torch.aminmax(advantages)
+        adv_abs_max = max(-float(low), float(high), 0.0)
+    comparable = stats.rollouts >= 2
+    tied = comparable & (stats.between <= tie_tolerance * (stats.within + stats.between))
+    share = float(tied.sum()) / float(comparable.sum()) if bool(comparable.any()) else 0.0
+    return {"adv_abs_max": adv_abs_max, "tied_group_share": share}
 
-    if norm_by_std:
-        scale_g = torch.where(var_g > 0, 1.0 / (var_g.sqrt() + epsilon), 0.0)
-    else:
-        scale_g = torch.where(var_g > 0, 1.0, 0.0)
-    return centered.mul_(scale_g.to(work_dtype)[group][:, None]), sq_sum
+
+def bot_options(config: Any) -> dict[str, Any]:
+    """The keyword arguments of `bot_advantage` from verl's `algorithm` config (None: the defaults).
+
+    Keys: `bot_epsilon`, `bot_length_weighting`, `bot_std_floor` (set with `+algorithm.<key>=...`) and
+    verl's own `norm_adv_by_std_in_grpo`. Raises VerlBotConfigError (a ValueError) naming the key for a value of
+    the wrong kind (also at start-up: `verl_bot.preflight`).
+    """
+    get = config.get if config is not None else (lambda key, default=None: default)
+    length_weighting = get("bot_length_weighting", True)
+    if not isinstance(length_weighting, bool):
+        raise VerlBotConfigError(f"+algorithm.bot_length_weighting must be true or false, got {length_weighting!r}")
+    std_floor = get("bot_std_floor", DEFAULT_STD_FLOOR)
+    if isinstance(std_floor, bool) or not isinstance(std_floor, int | float) or not (0 <= std_floor < math.inf):
+        raise VerlBotConfigError(f"+algorithm.bot_std_floor must be a finite number >= 0, got {std_floor!r}")
+    return {
+        "epsilon": float(get("bot_epsilon", DEFAULT_EPSILON)),
+        "norm_by_std": bool(get("norm_adv_by_std_in_grpo", True)),
+        "length_weighting": length_weighting,
+        "std_floor": float(std_floor),
+    }
 
 
 def scalar_layout(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> bool:
@@ -186,16 +324,16 @@ def compute_bot_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl adapter for `bot_advantage` (registered as `algorithm.adv_estimator=bot`).
 
-    Reads from the `algorithm` config: `bot_epsilon` (default 1e-6; set with
-    `+algorithm.bot_epsilon=...`), verl's own `norm_adv_by_std_in_grpo`
-    (default True; False switches std scaling off) and `bot_broadcast_scalar`
-    (default False; True spreads each response's summed reward over its tokens
-    first: for scalar reward managers, it makes `bot` GRPO with the population std).
-    Without that knob, scalar rewards (`scalar_layout`) are refused with a clear
-    error, unless verl-bot's own manager produced them (its G is on every token).
-    Extra keyword arguments from verl are accepted and ignored.
+    Reads its options from the `algorithm` config with `bot_options`: `bot_epsilon` (1e-6),
+    `bot_length_weighting` (true), `bot_std_floor` (0.0), verl's own `norm_adv_by_std_in_grpo`
+    (true; false switches std scaling off) and `bot_broadcast_scalar` (false; true spreads each
+    response's summed reward over its tokens first: for scalar reward managers, it makes `bot` GRPO
+    with the population std). Without that knob, scalar rewards (`scalar_layout`) are refused with a
+    clear error, unless verl-bot's own manager produced them (its G is on every token). Extra keyword
+    arguments from verl are accepted and ignored.
 
-    Reports `bot/adv_abs_max` to the step's metrics (`verl_bot.context`).
+    In verl's trainer it reports `bot/adv_abs_max` and `bot/tied_group_share` (`bot_diagnostics`) to the
+    step's metrics (`verl_bot.context`).
 
     Args:
         token_level_rewards: (B, T). response_mask: (B, T). index: (B,) uids.
@@ -204,8 +342,6 @@ def compute_bot_advantage(
         (advantages, returns): both (B, T), the same tensor as in verl's GRPO.
     """
     get = config.get if config is not None else (lambda key, default=None: default)
-    epsilon = float(get("bot_epsilon", DEFAULT_EPSILON))
-    norm_by_std = bool(get("norm_adv_by_std_in_grpo", True))
     rewards = token_level_rewards
     if get("bot_broadcast_scalar", False):
         rewards = broadcast_row_sums(rewards, response_mask)
@@ -215,9 +351,9 @@ def compute_bot_advantage(
             "as verl's naive/dapo managers write it): use reward.reward_manager.name=bot (G on every token), or "
             "+algorithm.bot_broadcast_scalar=true to spread each scalar over its tokens (GRPO, population std)"
         )
-    advantages = bot_advantage(rewards, response_mask, index, epsilon=epsilon, norm_by_std=norm_by_std)
-    if current() is not None:  # in verl's trainer: the step's diagnostics (padding is 0)
-        report_metrics({"bot/adv_abs_max": float(torch.linalg.vector_norm(advantages, float("inf")))})
+    advantages, stats = bot_advantage_and_stats(rewards, response_mask, index, **bot_options(config))
+    if current() is not None:  # in verl's trainer: the step's diagnostics
+        report_metrics({f"bot/{name}": value for name, value in bot_diagnostics(advantages, stats).items()})
     return advantages, advantages
 
 

@@ -37,6 +37,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from verl_bot.errors import VerlBotConfigError
+
 # per-token span codes (response-aligned)
 SPAN_OTHER, SPAN_MARKER, SPAN_CONTENT, SPAN_AFTER = 0, 1, 2, 3
 # how the codes and the knobs travel from the trainer to the actor's micro-batches (TransferQueue field,
@@ -71,7 +73,11 @@ class GrailSettings:
 
     @classmethod
     def from_config(cls, algorithm: Any) -> GrailSettings:
-        """Read `grail_<field>` keys of verl's `algorithm` config (a DictConfig, dict or None); ValueError if bad."""
+        """Read `grail_<field>` keys of verl's `algorithm` config (a DictConfig, dict or None).
+
+        Raises VerlBotConfigError (a ValueError) naming the knob whose value cannot work (also at start-up:
+        this is the estimator's `options` in `verl_bot.advantage.ESTIMATORS`).
+        """
         get = algorithm.get if algorithm is not None else (lambda key, default=None: default)
         defaults = cls()
         values = {name: get(f"grail_{name}", value) for name, value in asdict(defaults).items()}
@@ -80,23 +86,25 @@ class GrailSettings:
                 **{k: (float(v) if isinstance(getattr(defaults, k), float) else str(v)) for k, v in values.items()}
             )
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"GRAIL settings: {exc}") from exc
+            raise VerlBotConfigError(f"adv_estimator=grail: a +algorithm.grail_* knob is not a number: {exc}") from exc
         settings.check()
         return settings
 
     def check(self) -> None:
-        """Raise ValueError naming the first knob that cannot work."""
+        """Raise VerlBotConfigError naming the first knob that cannot work."""
         for name, value, allowed in (
             ("rollout_symmetry", self.rollout_symmetry, SYMMETRIES),
             ("leaf_source", self.leaf_source, LEAVES),
             ("answer", self.answer, ANSWERS),
         ):
             if value not in allowed:
-                raise ValueError(f"algorithm.grail_{name}={value!r}: must be one of {', '.join(allowed)}")
+                raise VerlBotConfigError(f"algorithm.grail_{name}={value!r}: must be one of {', '.join(allowed)}")
         if not self.std > 0:
-            raise ValueError(f"algorithm.grail_std={self.std}: must be > 0 (the spread of the z-scored weights)")
+            raise VerlBotConfigError(f"algorithm.grail_std={self.std}: must be > 0 (the spread of the weights)")
         if not 0 <= self.w_min <= self.w_max:
-            raise ValueError(f"algorithm.grail_w_min={self.w_min}, grail_w_max={self.w_max}: need 0 <= w_min <= w_max")
+            raise VerlBotConfigError(
+                f"algorithm.grail_w_min={self.w_min}, grail_w_max={self.w_max}: need 0 <= w_min <= w_max"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

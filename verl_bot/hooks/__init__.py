@@ -17,35 +17,29 @@ says in its docstring what it changes and why there:
     driver              sys.excepthook / atexit               the root cause is the driver's last line
     cpu_backend         private rollout registry, process-group default, FSDP2 offload policy
                                                              (only with VERL_PLATFORM=cpu, from verl_bot.cpu)
+    reward_functions    reads verl's reward functions (the data sources default_compute_score knows,
+                        verl's loader of custom_reward_function): nothing wrapped, used by the bot manager
 
-Estimators, losses, the reward manager and the streams never import this
-folder; `verl_bot.plugin.register()` installs it after checking verl's version.
+Estimators, losses and the streams never import this folder;
+`verl_bot.plugin.register()` installs the hooks after checking verl's version
+(importing this package imports none of them, so `reward_functions` can be
+read on its own).
 """
 
 from __future__ import annotations
 
-from verl_bot.hooks import (
-    agent_loop_output,
-    compute_advantage,
-    compute_metrics,
-    driver,
-    engine_forward_step,
-    multi_trajectory,
-    replay_buffer,
-    update_actor,
-    validate_config,
-)
+import importlib
 
 TRAINER_HOOKS = (
-    agent_loop_output,
-    compute_advantage,
-    multi_trajectory,
-    compute_metrics,
-    update_actor,
-    engine_forward_step,
-    replay_buffer,
-    validate_config,
-    driver,
+    "agent_loop_output",
+    "compute_advantage",
+    "multi_trajectory",
+    "compute_metrics",
+    "update_actor",
+    "engine_forward_step",
+    "replay_buffer",
+    "validate_config",
+    "driver",
 )
 
 
@@ -54,4 +48,6 @@ def install() -> list[str]:
     from verl_bot.compat import check_verl_version
 
     check_verl_version()
-    return [name for hook in TRAINER_HOOKS for name in hook.install()]
+    return [
+        name for hook in TRAINER_HOOKS for name in importlib.import_module(f"verl_bot.hooks.{hook}").install()
+    ]

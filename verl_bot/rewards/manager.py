@@ -5,6 +5,12 @@ scorer chosen by the row's `data_source`, then composes
 `r_t = w_g * G + w_s * S_t` over the response tokens and returns the vector as
 `reward_score` (`verl_bot.dense` carries it into `token_level_rewards`).
 
+Scorer of a data_source, first match wins:
+1. `reward.reward_kwargs.bot.scorers.<data_source>` (built in: toy_lint);
+2. `reward.custom_reward_function` (verl's keys and signature) when set;
+3. verl's `default_compute_score`, for the data sources it knows (openai/gsm8k, lighteval/MATH, aime*, ...).
+Steps 2-3: `verl_bot.rewards.verl_scorer`. A data_source none of them knows is a configuration error.
+
 Knobs, under `reward.reward_kwargs.bot` (add them with `+reward.reward_kwargs.bot.KEY=VALUE`;
 defaults in `verl_bot.rewards.settings`):
 
@@ -13,6 +19,8 @@ defaults in `verl_bot.rewards.settings`):
     local_clip        1.0   |S_t| is clipped to this bound per token (the paper's "bounded S"); 0 = no clip
     scorers           {}    data_source -> scorer spec (see verl_bot.rewards.scorers);
                             built in: toy_lint -> builtin:toy_lint
+    fn_workers        2     worker processes for verl's sync reward functions (steps 2-3 above);
+                            0: verl's way, threads of the reward loop (no signal.alarm, no hard timeout)
     timeout_s         120   per scorer call (HTTP total timeout / in-process wait)
     retries           2     extra HTTP attempts (round-robin over the URLs, backoff)
     failure_score     0.0   G reported for a rollout whose scorer failed (raised, timed out,
@@ -63,6 +71,7 @@ from verl_bot.rewards.scorers import ScorerNotConfigured, build_scorers
 from verl_bot.rewards.settings import manager_settings
 from verl_bot.rewards.spans import token_char_spans
 from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
+from verl_bot.rewards.verl_scorer import VerlFunctionScorer
 from verl_bot.streams import streams_for, token_streams, verdict_outcome
 
 logger = logging.getLogger("verl_bot")
@@ -119,14 +128,22 @@ class BoTRewardManager(RewardManagerBase):
         self.scorers = build_scorers(
             self.settings["scorers"], timeout_s=self.settings["timeout_s"], retries=self.settings["retries"]
         )
+        self.verl_scorer = VerlFunctionScorer(
+            config, compute_score, workers=self.settings["fn_workers"], timeout_s=self.settings["timeout_s"]
+        )
 
     def _scorer_for(self, data_source: str):
-        if data_source not in self.scorers:
+        """The configured scorer of `data_source`, else verl's reward function when it knows the data source."""
+        if data_source in self.scorers:
+            return self.scorers[data_source]
+        if not self.verl_scorer.knows(data_source):
             raise ScorerNotConfigured(
-                f"bot reward manager: no scorer for data_source={data_source!r}; configured: {sorted(self.scorers)}. "
-                f"Add +reward.reward_kwargs.bot.scorers.{data_source}=<builtin:NAME|python:MOD:FN|http://URL>"
+                f"bot reward manager: no scorer for data_source={data_source!r}: none in "
+                f"reward.reward_kwargs.bot.scorers (configured: {sorted(self.scorers)}), no "
+                "reward.custom_reward_function, and verl's default_compute_score does not know it. Add "
+                f"+reward.reward_kwargs.bot.scorers.{data_source}=<builtin:NAME|python:MOD:FN|http://URL>"
             )
-        return self.scorers[data_source]
+        return self.verl_scorer.for_source(data_source)
 
     async def _verdict(self, data_source: str, request: dict) -> tuple[dict, str | None]:
         """The scorer's validated verdict, or the failure sentinel; returns (verdict, failure message or None).
@@ -135,7 +152,10 @@ class BoTRewardManager(RewardManagerBase):
         """
         scorer = self._scorer_for(data_source)
         try:
-            raw = await asyncio.wait_for(scorer.score(request), timeout=self.settings["timeout_s"])
+            if getattr(scorer, "self_timed", False):  # verl_scorer's worker processes kill a call past timeout_s
+                raw = await scorer.score(request)  # (their start-up and the queue are not the call's time)
+            else:
+                raw = await asyncio.wait_for(scorer.score(request), timeout=self.settings["timeout_s"])
             return validate_verdict(raw), None
         except VerlBotConfigError:
             raise

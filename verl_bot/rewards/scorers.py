@@ -28,7 +28,7 @@ import importlib
 import inspect
 import itertools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from verl_bot.errors import VerlBotConfigError
@@ -148,8 +148,3 @@ def build_scorers(specs: dict[str, Any], timeout_s: float = 120.0, retries: int 
     merged = {**DEFAULT_SCORERS, **dict(specs or {})}
     return {source: build_scorer(spec, timeout_s=timeout_s, retries=retries) for source, spec in merged.items()}
 
-
-def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> list[str]:
-    """The data sources among `sources` that no scorer serves (configured `scorers` or the built-in defaults)."""
-    known = {**DEFAULT_SCORERS, **dict(settings.get("scorers") or {})}
-    return [source for source in sources if source not in known]

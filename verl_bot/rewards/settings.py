@@ -19,6 +19,7 @@ DEFAULTS = {
     "retries": 2,
     "failure_score": 0.0,
     "token_level": True,
+    "fn_workers": 2,
     "max_failure_rate": 0.5,
     "failure_patience": 3,
 }

@@ -1,0 +1,191 @@
+"""verl's reward functions as a scorer: what a verl setup already scores with, for the `bot` manager.
+
+For a `data_source` that no `reward.reward_kwargs.bot.scorers` entry names, the `bot` manager scores with the
+function verl's own reward managers would call (`verl_bot.hooks.reward_functions`):
+
+1. `reward.custom_reward_function` (verl's keys `path`, `name`, `reward_kwargs`) when set: verl's signature
+   `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`, for every data
+   source (as in verl);
+2. else verl's `default_compute_score`, for the data sources it knows (`openai/gsm8k`, `lighteval/MATH`,
+   `aime*`, ...). Any other data source is a configuration error, before any call.
+
+What the function returns becomes a REWARD_API verdict (`verdict_from_result`): a number is G (also reported
+as `acc`, as verl's `naive` manager does); a dict's `score` is G, its other numeric keys are parts of G (the
+metrics `reward/<key>/mean`; other values are dropped), and
+its optional `local` list of REWARD_API spans (`{"start", "end", "value"}`, character offsets into
+`solution_str`) is the local signal S. A `NotImplementedError` from the function (verl's answer for a data
+source it does not know) is a configuration error that ends the run; any other exception, a timeout or a bad
+result gets the manager's failure sentinel.
+
+Where it runs. verl's `naive` manager calls a sync function in the reward-loop process's thread pool, where
+`signal.alarm` (math-verify's timeout) cannot work and a hung call can never be stopped. Here sync functions
+run in `fn_workers` worker processes (started on first use, `reward_servers.math.pool.WorkerPool`), each call
+in the main thread of its worker, with a hard per-call limit of `timeout_s` (a hung call's worker is killed
+and replaced). `fn_workers=0` runs them in threads as verl does (for functions that mostly wait on I/O, e.g.
+a synchronous HTTP judge). Async functions are awaited in the reward loop, as verl does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import inspect
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from verl_bot.hooks.reward_functions import default_knows, function_config, load_reward_fn
+from verl_bot.rewards.scorers import ScorerNotConfigured
+from verl_bot.rewards.verdict import InvalidVerdict
+
+WORKER_TARGET = "verl_bot.rewards.verl_scorer:call_in_worker"
+
+
+def verdict_from_result(result: Any) -> dict:
+    """A REWARD_API verdict from what a verl reward function returned (number, or dict with `score`)."""
+    if isinstance(result, dict):
+        if "score" not in result:
+            raise InvalidVerdict(f"a dict from a verl reward function needs a 'score', got keys {sorted(result)}")
+        parts = {
+            str(key): float(value)
+            for key, value in result.items()
+            if key not in ("score", "local") and isinstance(value, bool | int | float | np.number | np.bool_)
+        }
+        return {"global": {"score": result["score"], "parts": parts}, "local": result.get("local") or []}
+    if isinstance(result, bool | int | float | np.number | np.bool_):
+        # `acc` as verl's naive manager reports a number: verl's validation reads it (val-core/<source>/acc)
+        return {"global": {"score": float(result), "parts": {"acc": float(result)}}, "local": []}
+    raise InvalidVerdict(f"a verl reward function returned {type(result).__name__}, not a number or a dict")
+
+
+def _call(fn: Callable[..., Any], kwargs: dict) -> dict:
+    """`{"result": fn(**kwargs)}`, or `{"not_implemented": message}` when fn raises NotImplementedError."""
+    try:
+        return {"result": fn(**kwargs)}
+    except NotImplementedError as exc:
+        return {"not_implemented": str(exc)}
+
+
+async def _call_async(fn: Callable[..., Any], kwargs: dict) -> dict:
+    try:
+        return {"result": await fn(**kwargs)}
+    except NotImplementedError as exc:
+        return {"not_implemented": str(exc)}
+
+
+_WORKER_FNS: dict[str, Callable[..., Any]] = {}
+
+
+def call_in_worker(payload: dict) -> dict:
+    """Worker-process side (`WORKER_TARGET`): build the function of `payload["fn"]` once, call it on
+    `payload["kwargs"]` in this process's main thread. A payload without kwargs only builds it (warm-up)."""
+    key = json.dumps(payload["fn"], sort_keys=True)
+    if key not in _WORKER_FNS:
+        _WORKER_FNS[key] = load_reward_fn(payload["fn"])
+    if "kwargs" not in payload:
+        return {}
+    return _call(_WORKER_FNS[key], payload["kwargs"])
+
+
+class VerlFunctionScorer:
+    """The reward function of the user's verl setup, for the data sources no configured scorer covers.
+
+    Args:
+        config: the trainer config (reads `reward.custom_reward_function`, `reward.sandbox_fusion`).
+        compute_score: the function verl's `load_reward_manager` handed the manager (custom or default);
+            None: built here from the config.
+        workers: worker processes for sync functions; 0 = the reward loop's thread pool.
+        timeout_s: hard limit per call in a worker process.
+    """
+
+    def __init__(self, config: Any, compute_score: Callable[..., Any] | None, workers: int, timeout_s: float):
+        self.fn_config = function_config(config)
+        self.custom = "custom_reward_function" in self.fn_config
+        self.compute_score = compute_score or load_reward_fn(self.fn_config)
+        self.is_async = inspect.iscoroutinefunction(self.compute_score)
+        self.workers = int(workers)
+        self.timeout_s = float(timeout_s)
+        self._pool = None
+        self._pool_lock = threading.Lock()
+
+    def describe(self) -> str:
+        if self.custom:
+            custom = self.fn_config["custom_reward_function"]
+            return f"reward.custom_reward_function ({custom['path']}:{custom['name']})"
+        return "verl's default_compute_score"
+
+    def knows(self, data_source: str) -> bool:
+        """A custom function takes every data source (as in verl); verl's default only those it knows."""
+        return self.custom or default_knows(data_source)
+
+    def for_source(self, data_source: str) -> _ForSource:
+        """A scorer (`async score(item)`) for one data source."""
+        return _ForSource(self, data_source)
+
+    def _worker_pool(self):
+        """The worker processes, started by the first caller (blocking; other callers wait for it)."""
+        with self._pool_lock:
+            if self._pool is None:
+                from reward_servers.math.pool import WorkerPool
+
+                pool = WorkerPool(
+                    WORKER_TARGET,
+                    n_workers=self.workers,
+                    item_timeout_s=self.timeout_s,
+                    chunk=1,  # one call at a time per worker: a slow call never holds others back
+                    memory_mb=0,  # a user's function, not a parser bomb: no address-space limit
+                    startup_timeout_s=max(60.0, self.timeout_s),
+                    warmup={"fn": self.fn_config},
+                )
+                pool.start()
+                atexit.register(pool.close)
+                self._pool = pool
+            return self._pool
+
+    async def score(self, data_source: str, item: dict) -> dict:
+        """The verdict of verl's function for one REWARD_API request item of `data_source`."""
+        kwargs = {
+            "data_source": data_source,
+            "solution_str": item["response"],
+            "ground_truth": item.get("ground_truth"),
+            "extra_info": item.get("extra_info"),
+        }
+        if self.is_async:
+            out = await _call_async(self.compute_score, kwargs)
+        elif self.workers == 0:
+            out = await asyncio.get_running_loop().run_in_executor(None, _call, self.compute_score, kwargs)
+        else:
+            pool = self._pool or await asyncio.get_running_loop().run_in_executor(None, self._worker_pool)
+            out = await pool.submit({"fn": self.fn_config, "kwargs": kwargs})
+        if "not_implemented" in out:
+            raise ScorerNotConfigured(
+                f"bot reward manager: no scorer for data_source={data_source!r}: {self.describe()} raised "
+                f"NotImplementedError ({out['not_implemented']}). Add "
+                f"+reward.reward_kwargs.bot.scorers.{data_source}=<builtin:NAME|python:MOD:FN|http://URL>"
+            )
+        return verdict_from_result(out["result"])
+
+    def close(self) -> None:
+        """Stop the worker processes (they also exit on their own when this process ends)."""
+        if self._pool is not None:
+            self._pool.close()
+            atexit.unregister(self._pool.close)
+            self._pool = None
+
+
+class _ForSource:
+    """`VerlFunctionScorer` bound to one data source: the scorer interface `async score(item) -> verdict`."""
+
+    def __init__(self, scorer: VerlFunctionScorer, data_source: str):
+        self.scorer, self.data_source = scorer, data_source
+
+    @property
+    def self_timed(self) -> bool:
+        """True when calls run in the worker processes, which enforce `timeout_s` per call themselves."""
+        return not self.scorer.is_async and self.scorer.workers > 0
+
+    async def score(self, item: dict) -> dict:
+        return await self.scorer.score(self.data_source, item)
