@@ -12,7 +12,8 @@ advantages of +-1, micro-batches of `--micro` rows.
 
 Time: one update = `engine.train_batch` (forward and backward of every micro-batch, optimizer step), as
 verl's worker runs it. GRPO and GRAIL updates alternate in one process; best of `--repeats` each; the
-ratio grail/grpo is printed, and the share of GRAIL's update spent in the saliency (its metric).
+ratio grail/grpo is printed for wall-clock and for the process's CPU time (steadier on a shared machine),
+with the median share of GRAIL's update spent in the saliency (its `grail/saliency_s` metric).
 Memory: peak extra resident memory of one update (VmHWM reset before it, minus VmRSS before it), in a
 fresh process per algorithm with glibc's mmap threshold lowered so freed buffers return to the OS.
 Trainer side: the time to find the answer spans of the batch's responses and map them to tokens
@@ -87,6 +88,8 @@ def _rss_kb(field: str) -> int:
 def worker(args) -> dict:
     """In this process: build the engine, run the updates, return timings (or the memory of `args.memory`)."""
     os.environ["VERL_PLATFORM"] = "cpu"
+    import torch
+
     import verl_bot.plugin
 
     verl_bot.plugin.register()
@@ -105,17 +108,17 @@ def worker(args) -> dict:
     seqs, prompts, advs, old, codes = make_rows(args, engine.model_config.hf_config.vocab_size)
     settings = {SETTINGS_KEY: GrailSettings().as_dict()}
 
-    def update(algo: str) -> tuple[float, float]:
+    def update(algo: str) -> tuple[float, float, float]:
         batch = actor_batch(
             seqs, prompts, advs, old, extra={SPAN_FIELD: codes}, micro_batch_size=args.micro,
             non_tensor=settings if algo == "grail" else None,
         )
         with engine.train_mode():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             out = engine.train_batch(batch, loss_function=loss)
-            elapsed = time.perf_counter() - start
+            elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
         saliency = out["metrics"].get("grail/saliency_s")
-        return elapsed, float(sum(saliency.values)) if saliency is not None else 0.0
+        return elapsed, cpu, float(sum(saliency.values)) if saliency is not None else 0.0
 
     if args.memory:
         update(args.memory)  # warm-up: lazy initialisations, optimizer state
@@ -124,15 +127,19 @@ def worker(args) -> dict:
         update(args.memory)
         return {"peak_extra_mb": (_rss_kb("VmHWM") - before) / 1024}
     times: dict[str, list[float]] = {algo: [] for algo in ALGOS}
+    cpu_times: dict[str, list[float]] = {algo: [] for algo in ALGOS}
     saliency: list[float] = []
     update("grpo")  # warm-up
+    update("grail")
     for _ in range(args.repeats):
         for algo in ALGOS:
-            elapsed, sal = update(algo)
+            elapsed, cpu, sal = update(algo)
             times[algo].append(elapsed)
+            cpu_times[algo].append(cpu)
             if algo == "grail":
                 saliency.append(sal / elapsed)
-    return {"times": times, "saliency_share": min(saliency)}
+    return {"times": times, "cpu_times": cpu_times, "saliency_share": sorted(saliency)[len(saliency) // 2],
+            "threads": torch.get_num_threads(), "load": os.getloadavg()[0]}
 
 
 def run_worker(args, extra: list[str], env: dict) -> dict:
@@ -178,15 +185,19 @@ def main() -> None:
         mem_env = {**env, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
         memory = {algo: run_worker(args, [f"--memory={algo}"], mem_env)["peak_extra_mb"] for algo in ALGOS}
     best = {algo: min(timing["times"][algo]) for algo in ALGOS}
+    best_cpu = {algo: min(timing["cpu_times"][algo]) for algo in ALGOS}
     print(f"model {params / 1e6:.2f}M parameters ({args.layers} layers, hidden {args.hidden}); batch {args.rows} "
           f"rollouts, prompt {args.prompt}, response {args.response // 2}-{args.response} tokens, micro-batches "
-          f"of {args.micro}; best of {args.repeats}")
+          f"of {args.micro}; best of {args.repeats}; {timing['threads']} torch threads, load average "
+          f"{timing['load']:.1f}")
     for algo in ALGOS:
         runs = " / ".join(f"{t:.2f}" for t in timing["times"][algo])
-        print(f"{algo} update: best {best[algo]:.3f} s ({runs}); peak extra memory {memory[algo]:.0f} MB")
-    print(f"grail saliency share of its update: {timing['saliency_share']:.2f}")
+        print(f"{algo} update: best {best[algo]:.3f} s wall ({runs}), {best_cpu[algo]:.3f} s CPU; "
+              f"peak extra memory {memory[algo]:.0f} MB")
+    print(f"grail saliency share of its update (median): {timing['saliency_share']:.2f}")
     print(f"grail span codes (trainer side): {span_ms:.1f} ms per 1000 response tokens")
-    print(f"ratio grail/grpo update time {best['grail'] / best['grpo']:.2f}")
+    print(f"ratio grail/grpo update time {best['grail'] / best['grpo']:.2f} (wall), "
+          f"{best_cpu['grail'] / best_cpu['grpo']:.2f} (CPU)")
     print(f"ratio grail/grpo update peak memory {memory['grail'] / max(memory['grpo'], 1e-9):.2f}")
 
 
