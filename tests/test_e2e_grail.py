@@ -1,7 +1,7 @@
 """End-to-end: `ALGO=grail STEPS=2 bash recipes/cpu_train.sh` through verl 0.9.1's real trainer on the CPU backend.
 
 One trainer start. The tiny model is first taught (a few seconds of supervised steps) to answer the toy_lint
-prompts with `<final>word</final>`, so its rollouts carry answer spans; the toy_lint score varies with the
+prompts with `say word so <final>word</final>`, so its rollouts carry answer spans; the toy_lint score varies with the
 word, so GRPO's advantages do too. A probe module (loaded by verl in every process through
 `VERL_USE_EXTERNAL_MODULES`) wraps the GRAIL loss wrapper of `verl_bot.hooks.engine_forward_step` and records,
 per actor micro-batch, the weights and the advantages verl's `ppo_loss` received. The test checks that weights
@@ -61,7 +61,7 @@ WORDS = ["sky", "hello", "dry", "apple", "myth", "ocean", "lynx", "tea"]
 
 def teach_final_answers(model_dir: Path, out: Path, steps: int = 150) -> None:
     """A copy of the tiny model fine-tuned to answer `Write about ... without a, e, i, o, u.` with
-    `<final>word</final>` (words with and without vowels)."""
+    `say word so <final>word</final>` (words with and without vowels)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -73,7 +73,8 @@ def teach_final_answers(model_dir: Path, out: Path, steps: int = 150) -> None:
     texts = []
     for i, row in enumerate(toy_lint.rows(64, "aeiou", "train")):
         prompt = tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
-        texts.append(prompt + f"<final>{WORDS[i % len(WORDS)]}</final><|im_end|>")
+        word = WORDS[i % len(WORDS)]
+        texts.append(prompt + f"say {word} so <final>{word}</final><|im_end|>")
     batch = tok(texts, return_tensors="pt", padding=True)
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     torch.manual_seed(0)
@@ -105,7 +106,7 @@ def grail_run(tmp_path_factory, tiny_model_dir):
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=160",
     ]
     run.env.update(
-        ALGO="grail", STEPS="2", SEED="0", TRAIN_BATCH="4", ROLLOUT_N="4", RESPONSE_LENGTH="16",
+        ALGO="grail", STEPS="2", SEED="0", TRAIN_BATCH="4", ROLLOUT_N="4", RESPONSE_LENGTH="32",
         MODEL_DIR=str(root / "model"), DATA_DIR=str(root / "data"), OUT_DIR=str(run.dir),
         PY=sys.executable,
     )
@@ -121,17 +122,20 @@ def grail_run(tmp_path_factory, tiny_model_dir):
 def test_weights_not_one_reach_verls_loss(grail_run):
     records = [json.loads(line) for line in grail_run.probe.read_text().splitlines() if line.strip()]
     assert len(records) >= 4, f"expected several actor micro-batches over 2 steps, got {len(records)}"
-    reached = 0
+    reached, from_saliency = 0, 0
     for rec in records:
         for w, orig, at_loss, span in zip(rec["weights"], rec["original"], rec["at_loss"], rec["span"], strict=True):
             assert len(w) == len(orig) == len(at_loss) == len(span)
             for wt, a, b in zip(w, orig, at_loss, strict=True):
                 assert b == pytest.approx(a * wt, rel=1e-6, abs=1e-7)  # what ppo_loss got: A x w
             reached += sum(1 for wt, a in zip(w, orig, strict=True) if wt != 1.0 and a != 0.0)
+            # tokens before the answer of a reweighted rollout: clip(1 + 0.5 z, 0.5, 5) from the saliency
+            from_saliency += sum(1 for wt, code in zip(w, span, strict=True) if code == 0 and wt not in (1.0, 5.0))
             for wt, code in zip(w, span, strict=True):
                 if code == 2:  # answer content
                     assert wt == 5.0
     assert reached > 0, "no weight != 1 on a token with a non-zero advantage reached the loss"
+    assert from_saliency > 0, "no saliency-derived weight (before an answer) reached the loss"
     assert any(rec["stats"]["answer_rate"] > 0 for rec in records)
     assert any(rec["stats"]["reweighted_rate"] > 0 for rec in records)
 
