@@ -130,7 +130,9 @@ def test_weights_not_one_reach_verls_loss(grail_run):
                 assert b == pytest.approx(a * wt, rel=1e-6, abs=1e-7)  # what ppo_loss got: A x w
             reached += sum(1 for wt, a in zip(w, orig, strict=True) if wt != 1.0 and a != 0.0)
             # tokens before the answer of a reweighted rollout: clip(1 + 0.5 z, 0.5, 5) from the saliency
-            from_saliency += sum(1 for wt, code in zip(w, span, strict=True) if code == 0 and wt not in (1.0, 5.0))
+            from_saliency += sum(
+                1 for wt, code, a in zip(w, span, orig, strict=True) if code == 0 and wt not in (1.0, 5.0) and a != 0
+            )
             for wt, code in zip(w, span, strict=True):
                 if code == 2:  # answer content
                     assert wt == 5.0
