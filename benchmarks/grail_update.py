@@ -12,7 +12,8 @@ advantages of +-1, micro-batches of `--micro` rows.
 
 Time: one update = `engine.train_batch` (forward and backward of every micro-batch, optimizer step), as
 verl's worker runs it. GRPO and GRAIL updates alternate in one process; best of `--repeats` each; the
-ratio grail/grpo is printed for wall-clock and for the process's CPU time (steadier on a shared machine),
+ratio grail/grpo is printed for wall-clock and for the process's CPU time (steadier on a shared machine,
+with `--threads 1`: no thread spin-waiting counted),
 with the median share of GRAIL's update spent in the saliency (its `grail/saliency_s` metric).
 Memory: peak extra resident memory of one update (VmHWM reset before it, minus VmRSS before it), in a
 fresh process per algorithm with glibc's mmap threshold lowered so freed buffers return to the OS.
@@ -92,6 +93,8 @@ def worker(args) -> dict:
 
     import verl_bot.plugin
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     verl_bot.plugin.register()
     from verl_bot.advantage.grail import SETTINGS_KEY, SPAN_FIELD, GrailSettings
     from verl_bot.cpu.actor_engine import actor_batch, build_actor_engine, init_process_group
@@ -145,7 +148,7 @@ def worker(args) -> dict:
 def run_worker(args, extra: list[str], env: dict) -> dict:
     cmd = [sys.executable, __file__, "--worker", *extra, *(f"--{k.replace('_', '-')}={v}" for k, v in (
         ("model_dir", args.model_dir), ("rows", args.rows), ("prompt", args.prompt), ("response", args.response),
-        ("micro", args.micro), ("repeats", args.repeats), ("port", args.port))
+        ("micro", args.micro), ("repeats", args.repeats), ("port", args.port), ("threads", args.threads))
     )]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -163,6 +166,7 @@ def main() -> None:
     parser.add_argument("--response", type=int, default=448)
     parser.add_argument("--micro", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads in the workers (0: torch's default)")
     parser.add_argument("--port", type=int, default=29400 + os.getpid() % 500)
     parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
