@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # One run of verl 0.9.1's real PPO trainer on a CPU-only machine: a tiny Qwen2-style model
-# (built locally, no hub) learns the toy_lint task (a global score plus penalties on spans of
-# the response, the shape of the React reward's ESLint part) with ALGO=bot, grpo or pure.
+# (built locally, no hub) learns a CPU task with ALGO=bot, grpo or pure:
+#
+#   TASK=toy_lint (default): a global score plus penalties on spans of the response (the shape of the
+#       React reward's ESLint part); a randomly initialised model.
+#   TASK=toy_math: integer arithmetic chains in the AIME step format, scored like AIME (Eq. 8, rule-based
+#       step judge with error propagation); the model is warm-started on worked solutions with wrong steps
+#       (python -m verl_bot.cpu.tiny_model DIR --warm-start toy_math).
 #
 #   ALGO=bot  STEPS=30 bash recipes/cpu_train.sh [hydra.override=value ...]
+#   TASK=toy_math ALGO=bot STEPS=40 bash recipes/cpu_train.sh
 #
 #   bot : algorithm.adv_estimator=bot, dense rewards r_t = G + S_t (bot reward manager)
 #   grpo: verl's grpo on the same global score G only (scalar on the last token), as in the paper
@@ -15,24 +21,44 @@ set -xeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PY:-${ROOT}/.venv/bin/python}
+TASK=${TASK:-toy_lint}
 ALGO=${ALGO:-bot}
 SEED=${SEED:-0}
 STEPS=${STEPS:-30}
-OUT_DIR=${OUT_DIR:-${ROOT}/outputs/cpu_train/${ALGO}_s${SEED}}
-MODEL_DIR=${MODEL_DIR:-${ROOT}/outputs/tiny_model_s${SEED}}
-DATA_DIR=${DATA_DIR:-${ROOT}/outputs/toy_lint_data}
+case "${TASK}" in
+    toy_lint)
+        RUN_NAME=${ALGO}_s${SEED}
+        MODEL_DIR=${MODEL_DIR:-${ROOT}/outputs/tiny_model_s${SEED}}
+        WARM_START=()
+        RESPONSE_LENGTH=${RESPONSE_LENGTH:-24}
+        LR=${LR:-2e-3}             # our choice for a 100k-parameter model (the paper's 5e-7 is for 3B)
+        W_LOCAL=${W_LOCAL:-0.5}    # w_s; G is in [-1, 1], S in {-1, 0}
+        ;;
+    toy_math)
+        RUN_NAME=toy_math_${ALGO}_s${SEED}
+        MODEL_DIR=${MODEL_DIR:-${ROOT}/outputs/tiny_model_toy_math_s${SEED}}
+        WARM_START=(--warm-start toy_math)
+        RESPONSE_LENGTH=${RESPONSE_LENGTH:-48}  # 4 steps + final = 40 tokens
+        LR=${LR:-5e-4}             # a warm-started model: 2e-3 undoes its arithmetic (bot and grpo alike)
+        W_LOCAL=${W_LOCAL:-1.0}    # Eq. 8 with w_g = w_s = 1: the scorer already weighs S (0.5 * e_s / |S|)
+        ;;
+    *)
+        echo "cpu_train.sh: TASK must be toy_lint or toy_math, got '${TASK}'" >&2
+        exit 2
+        ;;
+esac
+OUT_DIR=${OUT_DIR:-${ROOT}/outputs/cpu_train/${RUN_NAME}}
+DATA_DIR=${DATA_DIR:-${ROOT}/outputs/${TASK}_data}
 TRAIN_BATCH=${TRAIN_BATCH:-8}      # prompts per step
 ROLLOUT_N=${ROLLOUT_N:-4}          # rollouts per prompt (the group)
-RESPONSE_LENGTH=${RESPONSE_LENGTH:-24}
-LR=${LR:-2e-3}                     # our choice for a 100k-parameter model (the paper's 5e-7 is for 3B)
-W_LOCAL=${W_LOCAL:-0.5}            # w_s; G is in [-1, 1], S in {-1, 0}
 TIMEOUT_S=${TIMEOUT_S:-900}
 
 # shellcheck source=recipes/cpu_overrides.sh
 source "${ROOT}/recipes/cpu_overrides.sh"
 
-[[ -f "${MODEL_DIR}/verl_bot_tiny.json" ]] || "${PY}" -m verl_bot.cpu.tiny_model "${MODEL_DIR}" --seed "${SEED}"
-[[ -f "${DATA_DIR}/train.parquet" ]] || "${PY}" "${ROOT}/recipes/data/toy_lint.py" --out "${DATA_DIR}"
+[[ -f "${MODEL_DIR}/verl_bot_tiny.json" ]] ||
+    "${PY}" -m verl_bot.cpu.tiny_model "${MODEL_DIR}" --seed "${SEED}" "${WARM_START[@]}"
+[[ -f "${DATA_DIR}/train.parquet" ]] || "${PY}" "${ROOT}/recipes/data/${TASK}.py" --out "${DATA_DIR}"
 
 case "${ALGO}" in
     bot)
@@ -94,7 +120,7 @@ RUN_OVERRIDES=(
     reward.reward_manager.name=bot
     "trainer.logger=[console,file]"
     trainer.project_name=verl_bot_cpu
-    "trainer.experiment_name=${ALGO}_s${SEED}"
+    "trainer.experiment_name=${RUN_NAME}"
     trainer.val_before_train=False
     trainer.test_freq=-1
     trainer.save_freq=-1

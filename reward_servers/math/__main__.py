@@ -1,4 +1,7 @@
-"""``python -m reward_servers.math --host 127.0.0.1 --port 8802 [--judge-base-url http://host:8000/v1 ...]``."""
+"""``python -m reward_servers.math --host 127.0.0.1 --port 8802 [--judge-base-url http://host:8000/v1 ...]``.
+
+The CPU task ``toy_math`` (integer arithmetic chains): ``--judge rule --no-math-verify`` (no endpoint, no workers).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from collections.abc import Sequence
 
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import add_common_args, serve
-from reward_servers.math.server import ANSWER_TYPES, MathConfig, MathScorer
+from reward_servers.math.server import ANSWER_TYPES, JUDGE_KINDS, MathConfig, MathScorer
 from reward_servers.math.step_judge import STRATEGIES
 
 JUDGE_ENV_PREFIX = "MATH_JUDGE_"
@@ -26,6 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-answer-chars", type=int, default=d.max_answer_chars)
     g.add_argument("--max-answer-depth", type=int, default=d.max_answer_depth)
     g.add_argument("--no-int-fast-path", action="store_true", help="send plain integers through math-verify too")
+    g.add_argument(
+        "--no-math-verify",
+        action="store_true",
+        help="no worker pool: only plain integer answers (AIME mode) can be correct; for integer tasks (toy_math)",
+    )
     r = p.add_argument_group("reward (Eq. 8)")
     r.add_argument("--answer-weight", type=float, default=d.answer_weight)
     r.add_argument("--local-weight", type=float, default=d.local_weight)
@@ -33,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--format-penalty", type=float, default=d.format_penalty)
     r.add_argument("--format-missing", type=float, default=d.format_missing)
     j = p.add_argument_group("step judge (env MATH_JUDGE_BASE_URL, _MODEL, _API_KEY, _TIMEOUT_S, ...)")
+    j.add_argument(
+        "--judge",
+        choices=JUDGE_KINDS,
+        default="llm",
+        help="llm: the endpoint below (on when a base URL is set); rule: integer arithmetic chains, no endpoint",
+    )
     j.add_argument("--judge-base-url", default=None, help="OpenAI-compatible base URL incl. /v1; unset: no judge")
     j.add_argument("--judge-model", default=None, help="default: first model listed by the endpoint")
     j.add_argument("--judge-timeout-s", type=float, default=None)
@@ -55,7 +69,12 @@ def config_from_args(args: argparse.Namespace) -> MathConfig:
         max_retries=args.judge_max_retries,
         max_concurrency=args.judge_concurrency,
     )
-    enabled = args.judge_base_url is not None or bool(os.environ.get(JUDGE_ENV_PREFIX + "BASE_URL"))
+    has_url = args.judge_base_url is not None or bool(os.environ.get(JUDGE_ENV_PREFIX + "BASE_URL"))
+    if args.judge == "rule" and args.judge_base_url is not None:
+        raise SystemExit("error: --judge rule takes no --judge-base-url (the rule judge needs no endpoint)")
+    if args.no_math_verify and args.no_int_fast_path:
+        raise SystemExit("error: --no-math-verify needs the integer fast path (drop --no-int-fast-path)")
+    enabled = args.judge == "rule" or has_url
     return MathConfig(
         answer_weight=args.answer_weight,
         local_weight=args.local_weight,
@@ -64,6 +83,7 @@ def config_from_args(args: argparse.Namespace) -> MathConfig:
         format_missing=args.format_missing,
         answer_type=args.answer_type,
         int_fast_path=not args.no_int_fast_path,
+        math_verify=not args.no_math_verify,
         max_answer_chars=args.max_answer_chars,
         max_answer_depth=args.max_answer_depth,
         verify_timeout_s=args.verify_timeout_s,
@@ -71,6 +91,7 @@ def config_from_args(args: argparse.Namespace) -> MathConfig:
         workers=args.workers,
         worker_memory_mb=args.worker_memory_mb,
         judge_enabled=enabled,
+        judge_kind=args.judge,
         judge=judge,
         strategy=args.strategy,
         window=args.window,

@@ -8,6 +8,10 @@ Per item (ALGORITHMS.md "AIME rewards", Eq. 8 with the trainer's w_g = w_s = 1):
 b_format = format_bonus (+0.2) for a perfect format, format_penalty (-1.0) for mismatched tags, format_missing
 (-1.0) when the response has no step/final tags at all. |S| = number of parsed steps. The judge runs concurrently
 with the answer check; a judge failure drops the local spans, flags ``judge_unavailable`` and keeps G.
+
+Step judges: ``llm`` (any OpenAI-compatible endpoint, ``step_judge.py``) or ``rule`` (integer arithmetic chains,
+``rule_judge.py``: the CPU ``toy_math`` task, no endpoint). Without math-verify (``math_verify=False``) no worker
+pool starts and only plain integer answers can be correct (integer tasks such as ``toy_math``).
 Error sentinel (item could not be scored, e.g. unusable ground truth): G = 0.0 with ``error`` set.
 """
 
@@ -34,9 +38,11 @@ from reward_servers.math.parsing import (
     problem_text,
 )
 from reward_servers.math.pool import ItemTimeout, PoolError, WorkerPool
+from reward_servers.math.rule_judge import rule_judge_steps
 from reward_servers.math.step_judge import STRATEGIES, judge_steps, load_prompts
 
 ANSWER_TYPES = ("auto", "aime", "math")
+JUDGE_KINDS = ("llm", "rule")
 
 
 @dataclass
@@ -50,6 +56,7 @@ class MathConfig:
     format_missing: float = -1.0
     answer_type: str = "auto"  # auto | aime | math
     int_fast_path: bool = True  # plain integer literals compared without a worker round trip
+    math_verify: bool = True  # False: no worker pool; only plain integer answers (AIME mode) can be correct
     max_answer_chars: int = 1000
     max_answer_depth: int = 12  # brace nesting; deeper answers are refused (parser bombs)
     verify_timeout_s: int = 3  # math-verify's own (signal.alarm) timeout, per parse/verify call
@@ -58,6 +65,7 @@ class MathConfig:
     worker_memory_mb: int = 4096
     chunk: int = 16
     judge_enabled: bool = False
+    judge_kind: str = "llm"  # llm: the endpoint in `judge`; rule: arithmetic chains (rule_judge.py), no endpoint
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     strategy: str = "error_propagation"
     window: int = 3
@@ -135,12 +143,24 @@ class MathScorer(Scorer):
         self.cfg = config or MathConfig()
         if self.cfg.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}")
+        if self.cfg.judge_kind not in JUDGE_KINDS:
+            raise ValueError(f"judge_kind must be one of {JUDGE_KINDS}")
+        if not (self.cfg.math_verify or self.cfg.int_fast_path):
+            raise ValueError("without math-verify only the integer fast path can check answers: keep int_fast_path")
         self.pool: WorkerPool | None = None
         self.judge: JudgeClient | None = None
         self.prompts = load_prompts(self.cfg.prompt_dir) if self.cfg.prompt_dir else load_prompts()
 
+    @property
+    def rule_judge(self) -> bool:
+        return self.cfg.judge_enabled and self.cfg.judge_kind == "rule"
+
     async def start(self) -> None:
         cfg = self.cfg
+        if cfg.judge_enabled and cfg.judge_kind == "llm":
+            self.judge = JudgeClient(cfg.judge)
+        if not cfg.math_verify:
+            return
         self.pool = WorkerPool(
             "reward_servers.math.verify:check",
             n_workers=cfg.workers or os.cpu_count(),
@@ -150,8 +170,6 @@ class MathScorer(Scorer):
             warmup={"pred": "\\frac{2}{4}", "gold": "0.5", "mode": "math", "timeout_s": 5},
         )
         await asyncio.to_thread(self.pool.start)
-        if cfg.judge_enabled:
-            self.judge = JudgeClient(cfg.judge)
 
     async def stop(self) -> None:
         if self.judge is not None:
@@ -160,10 +178,12 @@ class MathScorer(Scorer):
             await asyncio.to_thread(self.pool.close)
 
     async def health(self) -> dict:
-        pool_ok = self.pool is not None and self.pool.healthy()
+        pool_ok = not self.cfg.math_verify or (self.pool is not None and self.pool.healthy())
         out = {"ok": pool_ok, "workers": len(self.pool.pids()) if self.pool else 0}
         out["worker_restarts"] = self.pool.restarts if self.pool else 0
-        if self.judge is not None:
+        if self.rule_judge:
+            out["judge"] = "rule"
+        elif self.judge is not None:
             reachable = await self.judge.ping() if self.cfg.health_pings_judge else True
             out["judge"] = "reachable" if reachable else "unreachable"
             out["ok"] = pool_ok and reachable
@@ -186,6 +206,8 @@ class MathScorer(Scorer):
                 if not in_aime_range(v):
                     return False, str(v), ["answer_out_of_range"]
                 return v == gold, str(v), []
+        if not cfg.math_verify:
+            return False, None, ["answer_not_integer"]
         assert self.pool is not None, "scorer not started"
         payload = {"pred": ans.text, "gold": gold, "mode": mode, "timeout_s": cfg.verify_timeout_s}
         try:
@@ -204,10 +226,12 @@ class MathScorer(Scorer):
         cfg = self.cfg
         strategy = options.get("strategy", cfg.strategy)
         window = int(options.get("window", cfg.window))
-        use_judge = bool(options.get("judge", True)) and self.judge is not None
+        use_judge = bool(options.get("judge", True)) and (self.judge is not None or self.rule_judge)
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}")
         mode, gold = resolve_mode(item, options, cfg.answer_type)
+        if mode != "aime" and not cfg.math_verify:
+            raise ValueError("without math-verify only integer (AIME-mode) ground truths can be scored")
 
         text = item.response
         parsed = parse_response(text)
@@ -217,6 +241,10 @@ class MathScorer(Scorer):
         async def run_judge():
             if not use_judge or not step_texts:
                 return None
+            if self.rule_judge:
+                return await rule_judge_steps(
+                    problem_text(item.prompt), step_texts, strategy=strategy, max_steps=cfg.max_steps_judged
+                )
             return await judge_steps(
                 self.judge,
                 self.prompts,
@@ -233,6 +261,8 @@ class MathScorer(Scorer):
         if ans is not None and ans.n_boxed > 1:
             flags.append("multiple_boxed")
         info_judge: dict = {"strategy": strategy, "window": window} if use_judge else {"enabled": False}
+        if use_judge and self.rule_judge:
+            info_judge = {"kind": "rule", "strategy": strategy}
         scores: list[int] | None = None
         if isinstance(judged, JudgeError):
             flags.append("judge_unavailable")

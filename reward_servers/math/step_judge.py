@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,30 +117,19 @@ class StepVerdict:
     verdict: str
 
 
-async def judge_steps(
-    client: JudgeClient,
-    prompts: dict[str, str],
-    problem: str,
-    steps: list[str],
-    strategy: str = "error_propagation",
-    window: int = 3,
-    max_chars: int = 4000,
-    max_steps: int = 64,
-) -> list[StepVerdict]:
-    """Verdicts for ``steps`` (inner texts, in order). Steps past ``max_steps`` get 0 ("skipped").
+Ask = Callable[[int, list[int | None] | None], Awaitable[StepVerdict]]
 
-    Raises ``JudgeError`` when the endpoint fails (after the client's retries).
+
+async def run_strategy(ask: Ask, n: int, strategy: str = "error_propagation", max_steps: int = 64) -> list[StepVerdict]:
+    """Verdicts for ``n`` steps under ``strategy``; ``ask(s, verdicts)`` judges 0-based step ``s``.
+
+    ``verdicts`` is the list of earlier scores (None where unparseable or skipped) for ``context_aware``, else
+    None. Steps past ``max_steps`` get 0 ("skipped"). Every step judge (the LLM one, the rule-based one of the CPU
+    ``toy_math`` task) goes through this one function, so the strategies mean the same for all of them.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; one of {STRATEGIES}")
-    n = len(steps)
     judged = min(n, max_steps)
-
-    async def ask(s: int, verdicts: list[int | None] | None) -> StepVerdict:
-        reply = await client.chat(build_messages(prompts, problem, steps, s, window, verdicts, max_chars))
-        e = parse_verdict(reply)
-        return StepVerdict(0, "unparseable") if e is None else StepVerdict(e, _NAMES[e])
-
     out: list[StepVerdict] = []
     if strategy == "independent":
         out = list(await asyncio.gather(*(ask(s, None) for s in range(judged))))
@@ -157,3 +147,26 @@ async def judge_steps(
             stopped = strategy == "error_propagation" and v.score == -1
     out.extend(StepVerdict(0, "skipped") for _ in range(n - judged))
     return out
+
+
+async def judge_steps(
+    client: JudgeClient,
+    prompts: dict[str, str],
+    problem: str,
+    steps: list[str],
+    strategy: str = "error_propagation",
+    window: int = 3,
+    max_chars: int = 4000,
+    max_steps: int = 64,
+) -> list[StepVerdict]:
+    """LLM verdicts for ``steps`` (inner texts, in order) under ``strategy`` (:func:`run_strategy`).
+
+    Raises ``JudgeError`` when the endpoint fails (after the client's retries).
+    """
+
+    async def ask(s: int, verdicts: list[int | None] | None) -> StepVerdict:
+        reply = await client.chat(build_messages(prompts, problem, steps, s, window, verdicts, max_chars))
+        e = parse_verdict(reply)
+        return StepVerdict(0, "unparseable") if e is None else StepVerdict(e, _NAMES[e])
+
+    return await run_strategy(ask, len(steps), strategy, max_steps)

@@ -8,12 +8,19 @@ multi-byte UTF-8 included, round-trips), wrapped as a
 randomly initialised `Qwen2ForCausalLM` of a few layers.
 
     python -m verl_bot.cpu.tiny_model OUT_DIR   # writes both, idempotent
+    python -m verl_bot.cpu.tiny_model OUT_DIR --warm-start toy_math
+
+`--warm-start toy_math`: a tokenizer that also learned the `toy_math` task's text and knows its step/final tags as
+single tokens, and a short supervised pre-training on the task's worked solutions (`verl_bot.cpu.toy_math`),
+so the model writes the format but makes mistakes (deterministic for the seed, single-threaded: about 2 minutes).
+Without it the model and tokenizer are the `toy_lint` ones, unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 CHATML_TEMPLATE = (
@@ -23,6 +30,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+WARM_STARTS = (None, "toy_math")
 
 _CORPUS = [
     "You are a helpful assistant. Write a short answer.",
@@ -38,13 +46,15 @@ _CORPUS = [
 ]
 
 
-def build_tokenizer(out_dir: str | Path, vocab_size: int = 400):
-    """Train a byte-level BPE tokenizer on a small built-in corpus and save it.
+def build_tokenizer(
+    out_dir: str | Path, vocab_size: int = 400, extra_corpus: Sequence[str] = (), tags: Sequence[str] = ()
+):
+    """Train a byte-level BPE tokenizer on a small built-in corpus (plus `extra_corpus`) and save it.
 
-    Returns the `transformers.PreTrainedTokenizerFast`; `out_dir` then loads
-    with `AutoTokenizer.from_pretrained(out_dir)`.
+    `tags`: strings added as single (non-special) tokens, so decoding keeps them. Returns the
+    `transformers.PreTrainedTokenizerFast`; `out_dir` then loads with `AutoTokenizer.from_pretrained(out_dir)`.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -55,7 +65,7 @@ def build_tokenizer(out_dir: str | Path, vocab_size: int = 400):
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.train_from_iterator(_CORPUS * 4 + list(extra_corpus), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=None,
@@ -65,18 +75,35 @@ def build_tokenizer(out_dir: str | Path, vocab_size: int = 400):
         additional_special_tokens=["<|im_start|>"],
     )
     fast.chat_template = CHATML_TEMPLATE
+    if tags:
+        fast.add_tokens([AddedToken(t, normalized=False, special=False) for t in tags])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(out)
     return fast
 
 
-def build_model(out_dir: str | Path, hidden_size: int = 64, num_layers: int = 2, seed: int = 0):
-    """Write a tokenizer and a randomly initialised tiny `Qwen2ForCausalLM` to `out_dir`."""
+def build_model(
+    out_dir: str | Path,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
+    warm_start: str | None = None,
+    warm_start_kwargs: dict | None = None,
+):
+    """Write a tokenizer and a tiny `Qwen2ForCausalLM` to `out_dir`: randomly initialised from `seed`, then
+    (`warm_start="toy_math"`) pre-trained on that task (`verl_bot.cpu.toy_math.warm_start(**warm_start_kwargs)`)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_tokenizer(out_dir)
+    if warm_start not in WARM_STARTS:
+        raise ValueError(f"warm start must be one of {WARM_STARTS}, got {warm_start!r}")
+    if warm_start == "toy_math":
+        from verl_bot.cpu import toy_math
+
+        tokenizer = build_tokenizer(out_dir, extra_corpus=toy_math.tokenizer_corpus(), tags=toy_math.TAG_TOKENS)
+    else:
+        tokenizer = build_tokenizer(out_dir)
     torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -93,8 +120,19 @@ def build_model(out_dir: str | Path, hidden_size: int = 64, num_layers: int = 2,
         torch_dtype="float32",
     )
     model = Qwen2ForCausalLM(config)
+    summary = {"hidden_size": hidden_size, "layers": num_layers, "seed": seed}
+    if warm_start == "toy_math":
+        from transformers import AutoTokenizer
+
+        from verl_bot.cpu import toy_math
+
+        # train on the tokenizer exactly as verl will load it: with config.json next to it, transformers picks
+        # its Qwen2 tokenizer class, whose pre-tokenizer splits text differently from the one trained above
+        config.save_pretrained(out_dir)
+        tokenizer = AutoTokenizer.from_pretrained(out_dir)
+        summary["warm_start"] = toy_math.warm_start(model, tokenizer, seed=seed, **(warm_start_kwargs or {}))
     model.save_pretrained(out_dir)
-    (Path(out_dir) / "verl_bot_tiny.json").write_text(json.dumps({"hidden_size": hidden_size, "layers": num_layers}))
+    (Path(out_dir) / "verl_bot_tiny.json").write_text(json.dumps(summary))
     return model, tokenizer
 
 
@@ -103,12 +141,13 @@ def main() -> None:
     parser.add_argument("out_dir")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0, help="initialisation seed of the model weights")
+    parser.add_argument("--seed", type=int, default=0, help="initialisation (and warm-start) seed")
+    parser.add_argument("--warm-start", choices=[w for w in WARM_STARTS if w], default=None)
     args = parser.parse_args()
     if (Path(args.out_dir) / "verl_bot_tiny.json").exists():
         print(f"reusing tiny model in {args.out_dir}")
         return
-    build_model(args.out_dir, args.hidden_size, args.layers, seed=args.seed)
+    build_model(args.out_dir, args.hidden_size, args.layers, seed=args.seed, warm_start=args.warm_start)
     print(f"wrote tiny model to {args.out_dir}")
 
 

@@ -15,10 +15,15 @@ and the verdict is the REWARD_API response item. Two kinds:
   extra_info) -> verdict`, sync (run in a thread) or async.
 
 A scorer spec (config value) is one of:
-    "builtin:toy_lint"                      a scorer shipped with verl-bot
+    "builtin:toy_lint"                      a scorer shipped with verl-bot (toy_lint, toy_math)
     "python:my_pkg.my_module:my_function"   any importable function
     "http://127.0.0.1:8801"                 a reward server; several URLs as a
     ["http://a:8801", "http://b:8801"]      list or comma-separated string
+
+In-process specs take options after `?`: `builtin:toy_math?flip=0.2&jitter=0.5&seed=1` makes the local
+signal noisy (`verl_bot.rewards.noise`: a share `flip` of the spans change sign, values get a
+multiplicative Gaussian jitter, reproducible for `seed` and the response text). Hydra needs the value
+quoted: `+reward.reward_kwargs.bot.scorers.toy_math='builtin:toy_math?flip=0.2&seed=1'`.
 """
 
 from __future__ import annotations
@@ -30,13 +35,15 @@ import itertools
 import os
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.rewards.toy import toy_lint
+from verl_bot.rewards.noise import LocalNoise
+from verl_bot.rewards.toy import toy_lint, toy_math
 
-BUILTIN_SCORERS: dict[str, Callable[..., dict]] = {"toy_lint": toy_lint}
+BUILTIN_SCORERS: dict[str, Callable[..., Any]] = {"toy_lint": toy_lint, "toy_math": toy_math}
 # data_source -> scorer spec used when the config names no scorer for it
-DEFAULT_SCORERS: dict[str, str] = {"toy_lint": "builtin:toy_lint"}
+DEFAULT_SCORERS: dict[str, str] = {"toy_lint": "builtin:toy_lint", "toy_math": "builtin:toy_math"}
 TOKEN_ENV = "REWARD_SERVER_TOKEN"  # the reward servers' bearer-token variable (reward_servers/common/service.py)
 
 
@@ -53,17 +60,21 @@ class ScorerNotConfigured(VerlBotConfigError):
 
 
 class PythonScorer:
-    """Runs an in-process scoring function (sync functions in a worker thread)."""
+    """Runs an in-process scoring function (sync functions in a worker thread); `noise` makes its local signal
+    noisy (`verl_bot.rewards.noise`)."""
 
-    def __init__(self, fn: Callable[..., Any]):
+    def __init__(self, fn: Callable[..., Any], noise: LocalNoise | None = None):
         self.fn = fn
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.noise = noise
 
     async def score(self, item: dict) -> dict:
         args = (item["prompt"], item["response"], item.get("ground_truth"), item.get("extra_info"))
         if self.is_async:
-            return await self.fn(*args)
-        return await asyncio.get_running_loop().run_in_executor(None, self.fn, *args)
+            verdict = await self.fn(*args)
+        else:
+            verdict = await asyncio.get_running_loop().run_in_executor(None, self.fn, *args)
+        return self.noise.apply(verdict, item["response"]) if self.noise is not None else verdict
 
 
 class HttpScorer:
@@ -125,6 +136,28 @@ def _load_function(path: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module_name), attr)
 
 
+NOISE_OPTIONS = {"flip": float, "jitter": float, "seed": int}
+
+
+def _noise_option(spec: str) -> tuple[str, LocalNoise | None]:
+    """Split `builtin:NAME?flip=..&jitter=..&seed=..` into the spec and its noise (None without options)."""
+    base, sep, query = spec.partition("?")
+    if not sep:
+        return spec, None
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+        if not pairs:
+            raise ValueError("no option after '?'")
+        unknown = sorted({key for key, _ in pairs} - set(NOISE_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown}")
+        return base, LocalNoise(**{key: NOISE_OPTIONS[key](value) for key, value in pairs})
+    except ValueError as exc:
+        raise ValueError(
+            f"scorer spec {spec!r}: {exc}; options are {'&'.join(f'{k}=..' for k in NOISE_OPTIONS)}"
+        ) from exc
+
+
 def build_scorer(spec: Any, timeout_s: float = 120.0, retries: int = 2) -> PythonScorer | HttpScorer:
     """Build one scorer from its spec (see the module docstring)."""
     if isinstance(spec, list | tuple) or (hasattr(spec, "__iter__") and not isinstance(spec, str)):
@@ -132,12 +165,14 @@ def build_scorer(spec: Any, timeout_s: float = 120.0, retries: int = 2) -> Pytho
         return HttpScorer(urls, timeout_s=timeout_s, retries=retries)
     spec = str(spec).strip()
     if spec.startswith("builtin:"):
+        spec, noise = _noise_option(spec)
         name = spec.removeprefix("builtin:")
         if name not in BUILTIN_SCORERS:
             raise ValueError(f"unknown builtin scorer {name!r}; built-in: {sorted(BUILTIN_SCORERS)}")
-        return PythonScorer(BUILTIN_SCORERS[name])
+        return PythonScorer(BUILTIN_SCORERS[name], noise)
     if spec.startswith("python:"):
-        return PythonScorer(_load_function(spec.removeprefix("python:")))
+        spec, noise = _noise_option(spec)
+        return PythonScorer(_load_function(spec.removeprefix("python:")), noise)
     if spec.startswith(("http://", "https://")):
         return HttpScorer([u.strip() for u in spec.split(",") if u.strip()], timeout_s=timeout_s, retries=retries)
     raise ValueError(f"scorer spec {spec!r} is none of builtin:NAME, python:MODULE:FN, http(s)://URL[,URL...]")

@@ -1,6 +1,6 @@
-"""`toy_lint`: the built-in in-process scorer used by the tests and the CPU demo.
+"""The built-in in-process scorers of the CPU tasks: `toy_lint` and `toy_math`.
 
-It has the shape of the React reward's ESLint part (a global score plus
+`toy_lint` has the shape of the React reward's ESLint part (a global score plus
 penalties on spans of the response) on a task a tiny model can learn on a CPU:
 "write text without forbidden characters".
 
@@ -11,12 +11,23 @@ penalties on spans of the response) on a task a tiny model can learn on a CPU:
 - local: every maximal run of forbidden characters is a span with value -1;
 - info: `forbidden_chars` (count) and `solved` (no forbidden character: the
   verifiable outcome PURE reads).
+
+`toy_math` (integer arithmetic chains in the AIME step format, `verl_bot.cpu.toy_math`) is the math reward
+server's own scorer, run in-process: `reward_servers.math.server.MathScorer` with the rule-based step judge
+(`reward_servers/math/rule_judge.py`, error propagation) and integer answers only, each item through the
+service's per-item path (`score_batch`). Its verdict is the one `python -m reward_servers.math --judge rule
+--no-math-verify` answers over HTTP: G = 3 * 1[correct] + b_format (parts `answer`, `format`), local
+0.5 * e_s / |S| on each step's span, `info.correct` the outcome.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
+
+from reward_servers.common.service import score_batch
+from reward_servers.math.server import MathConfig, MathScorer
 
 DEFAULT_FORBIDDEN = "aeiou"
 EMPTY_SCORE = -1.0
@@ -49,3 +60,19 @@ def toy_lint(prompt: str, response: str, ground_truth: Any = None, extra_info: A
         "info": {"forbidden_chars": bad, "solved": bad == 0},
         "flags": [],
     }
+
+
+# the configuration of `python -m reward_servers.math --judge rule --no-math-verify` (tests/test_toy_math.py)
+TOY_MATH_CONFIG = MathConfig(math_verify=False, judge_enabled=True, judge_kind="rule")
+
+
+@functools.cache
+def _toy_math_scorer() -> MathScorer:
+    return MathScorer(TOY_MATH_CONFIG)  # no worker pool and no endpoint: nothing to start
+
+
+async def toy_math(prompt: Any, response: str, ground_truth: Any = None, extra_info: Any = None) -> dict:
+    """Score `response` with the math scorer and the rule-based step judge; returns its REWARD_API verdict."""
+    item = {"prompt": prompt, "response": response, "ground_truth": ground_truth, "extra_info": extra_info or {}}
+    (verdict,) = await score_batch(_toy_math_scorer(), [item], {})
+    return verdict
