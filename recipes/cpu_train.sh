@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One run of verl 0.9.1's real PPO trainer on a CPU-only machine: a tiny Qwen2-style model
-# (built locally, no hub) learns a CPU task with ALGO=bot, grpo or pure:
+# (built locally, no hub) learns a CPU task with ALGO=bot, grpo, pure or grail:
 #
 #   TASK=toy_lint (default): a global score plus penalties on spans of the response (the shape of the
 #       React reward's ESLint part); a randomly initialised model.
@@ -14,7 +14,7 @@
 #   bot : algorithm.adv_estimator=bot, dense rewards r_t = G + S_t (bot reward manager)
 #   grpo: verl's grpo on the same global score G only (scalar on the last token), as in the paper
 #   pure: verl-bot's PURE on the bot manager's reward streams (local S_t per step, solved at EOS)
-#   grail: GRAIL, GRPO's advantage times per-token weights from the answer's saliency (needs <final> answers)
+#   grail: GRAIL, GRPO's advantage times per-token weights from the saliency of the <final> answer (toy_math)
 #
 # The CPU-only overrides live in verl_bot/cpu/overrides.txt (read by recipes/cpu_overrides.sh).
 set -xeuo pipefail

@@ -1,19 +1,19 @@
 """End-to-end: `ALGO=grail STEPS=2 bash recipes/cpu_train.sh` through verl 0.9.1's real trainer on the CPU backend.
 
-One trainer start. The tiny model is first taught (a few seconds of supervised steps) to answer the toy_lint
-prompts with `say word so <final>word</final>`, so its rollouts carry answer spans; the toy_lint score varies with the
-word, so GRPO's advantages do too. A probe module (loaded by verl in every process through
+One trainer start, on the CPU math task `toy_math` (integer chains in the AIME step format, a verifiable
+answer in `<final>...</final>`; the script warm-starts the tiny model on worked solutions with wrong steps,
+so answers are right or wrong and GRPO's advantages vary). A probe module (loaded by verl in every process through
 `VERL_USE_EXTERNAL_MODULES`) wraps the GRAIL loss wrapper of `verl_bot.hooks.engine_forward_step` and records,
 per actor micro-batch, the weights and the advantages verl's `ppo_loss` received. The test checks that weights
-!= 1 reached the loss (advantages at the loss = advantages x weights), with w_max on answer content, over
-several micro-batches (dynamic batching), and that the step metrics carry `grail/...`.
+!= 1 reached the loss (advantages at the loss = advantages x weights): w_max on answer content and
+saliency-derived weights on the steps before it, over several micro-batches (dynamic batching), and that the
+step metrics carry `grail/...`.
 
-    .venv/bin/python -m pytest -q tests/test_e2e_grail.py     # ~2-4 min on 2 cores
+    .venv/bin/python -m pytest -q tests/test_e2e_grail.py     # ~3-5 min on 2 cores (warm start included)
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -56,44 +56,10 @@ def weighted_loss(loss_function, row_weights, stats):
 efs.weighted_loss = weighted_loss
 '''
 
-WORDS = ["sky", "hello", "dry", "apple", "myth", "ocean", "lynx", "tea"]
-
-
-def teach_final_answers(model_dir: Path, out: Path, steps: int = 150) -> None:
-    """A copy of the tiny model fine-tuned to answer `Write about ... without a, e, i, o, u.` with
-    `say word so <final>word</final>` (words with and without vowels)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    spec = importlib.util.spec_from_file_location("toy_lint_data", ROOT / "recipes" / "data" / "toy_lint.py")
-    toy_lint = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(toy_lint)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    texts = []
-    for i, row in enumerate(toy_lint.rows(64, "aeiou", "train")):
-        prompt = tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
-        word = WORDS[i % len(WORDS)]
-        texts.append(prompt + f"say {word} so <final>{word}</final><|im_end|>")
-    batch = tok(texts, return_tensors="pt", padding=True)
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    torch.manual_seed(0)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(steps):
-        loss = model(**batch, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-
 
 @pytest.fixture(scope="module")
-def grail_run(tmp_path_factory, tiny_model_dir):
+def grail_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e_grail")
-    teach_final_answers(tiny_model_dir, root / "model")
-    (root / "model" / "verl_bot_tiny.json").write_text("{}")  # cpu_train.sh: the model exists, do not build one
     (root / "probe").mkdir()
     (root / "probe" / "vb_probe.py").write_text(PROBE)
     run = Run(root, "grail", [])
@@ -101,12 +67,12 @@ def grail_run(tmp_path_factory, tiny_model_dir):
         "bash", str(ROOT / "recipes" / "cpu_train.sh"),
         # dynamic batching: several micro-batches per update, rearranged by length
         "actor_rollout_ref.actor.use_dynamic_bsz=True",
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=160",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=200",
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
-        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=160",
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=200",
     ]
     run.env.update(
-        ALGO="grail", STEPS="2", SEED="0", TRAIN_BATCH="4", ROLLOUT_N="4", RESPONSE_LENGTH="32",
+        TASK="toy_math", ALGO="grail", STEPS="2", SEED="0", TRAIN_BATCH="4", ROLLOUT_N="4",
         MODEL_DIR=str(root / "model"), DATA_DIR=str(root / "data"), OUT_DIR=str(run.dir),
         PY=sys.executable,
     )
