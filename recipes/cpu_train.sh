@@ -2,7 +2,7 @@
 # One run of verl 0.9.1's real PPO trainer on a CPU-only machine: a tiny Qwen2-style model
 # (built locally, no hub) learns a CPU task with ALGO=bot, grpo, pure or grail:
 #
-#   TASK=toy_lint (default): a global score plus penalties on spans of the response (the shape of the
+#   TASK=toy_lint (default; toy_math for ALGO=grail): a global score plus penalties on spans of the response (the shape of the
 #       React reward's ESLint part); a randomly initialised model.
 #   TASK=toy_math: integer arithmetic chains in the AIME step format, scored like AIME (Eq. 8, rule-based
 #       step judge with error propagation); the model is warm-started on worked solutions with wrong steps
@@ -21,8 +21,10 @@ set -xeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PY:-${ROOT}/.venv/bin/python}
-TASK=${TASK:-toy_lint}
 ALGO=${ALGO:-bot}
+DEFAULT_TASK=toy_lint
+[[ "${ALGO}" == grail ]] && DEFAULT_TASK=toy_math  # GRAIL needs a final answer per response
+TASK=${TASK:-${DEFAULT_TASK}}
 SEED=${SEED:-0}
 STEPS=${STEPS:-30}
 case "${TASK}" in
@@ -47,6 +49,10 @@ case "${TASK}" in
         exit 2
         ;;
 esac
+if [[ "${ALGO}" == grail && "${TASK}" != toy_math ]]; then
+    echo "cpu_train.sh: ALGO=grail needs a final answer per response (TASK=toy_math); ${TASK} has none" >&2
+    exit 2
+fi
 OUT_DIR=${OUT_DIR:-${ROOT}/outputs/cpu_train/${RUN_NAME}}
 DATA_DIR=${DATA_DIR:-${ROOT}/outputs/${TASK}_data}
 TRAIN_BATCH=${TRAIN_BATCH:-8}      # prompts per step

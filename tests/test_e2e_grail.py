@@ -15,6 +15,8 @@ step metrics carry `grail/...`.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -72,7 +74,7 @@ def grail_run(tmp_path_factory):
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=200",
     ]
     run.env.update(
-        TASK="toy_math", ALGO="grail", STEPS="2", SEED="0", TRAIN_BATCH="4", ROLLOUT_N="4",
+        ALGO="grail", STEPS="2", SEED="0", TRAIN_BATCH="4", ROLLOUT_N="4",  # ALGO=grail: TASK=toy_math
         MODEL_DIR=str(root / "model"), DATA_DIR=str(root / "data"), OUT_DIR=str(run.dir),
         PY=sys.executable,
     )
@@ -121,3 +123,11 @@ def test_grail_metrics_in_every_step(grail_run):
         assert not any(key.startswith("actor/grail/") for key in data)
         assert data["grail/saliency_s"] < data["timing_s/update_actor"]
 
+
+
+def test_cpu_train_refuses_grail_on_a_task_without_answers(tmp_path):
+    env = {**os.environ, "ALGO": "grail", "TASK": "toy_lint", "OUT_DIR": str(tmp_path)}
+    res = subprocess.run(["bash", str(ROOT / "recipes" / "cpu_train.sh")], env=env, capture_output=True, text=True)
+    assert res.returncode == 2
+    lines = [line for line in res.stderr.splitlines() if not line.startswith("+")]
+    assert lines[-1] == "cpu_train.sh: ALGO=grail needs a final answer per response (TASK=toy_math); toy_lint has none"
