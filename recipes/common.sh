@@ -5,7 +5,7 @@
 # MODEL_OVERRIDES (model-specific Hydra overrides), sources this file, then calls `vb_main "$@"`.
 # Everything below is a ${VAR:-default} too: any of it can be set in the environment.
 #
-#   ALGO=bot|grpo|gspo|dapo|pure|pass|reco|vps   the algorithm (recipes/README.md: what each one sets; vps: AIME only)
+#   ALGO=bot|grpo|gspo|dapo|pure|pass|reco|vps|grail   the algorithm (recipes/README.md: what each one sets; vps, grail: AIME only)
 #   DRY_RUN=1      print the fully composed verl config (main_ppo --cfg job) and exit; needs no data,
 #                  reward server, judge or GPU: a missing data file or model directory is one "recipe:"
 #                  line on stderr (a real launch stops there), the server/judge/GPU checks are skipped
@@ -261,8 +261,23 @@ vb_algo_overrides() {
                 "+algorithm.reco_pi=${RECO_PI}"
             )
             ;;
+        grail)
+            # GRAIL (arXiv 2606.04889): GRPO's advantage times per-token weights from the saliency of the
+            # final answer, computed in the actor update (verl-bot's hooks, FSDP2 engine only); the authors'
+            # yaml values are the defaults of its knobs (+algorithm.grail_*=...). It needs one final answer
+            # per response: AIME's <final>...</final>.
+            [[ "${TASK}" == aime ]] || vb_die "ALGO=grail needs one final answer per response (AIME's <final>);" \
+                "${TASK} responses have none"
+            ALGO_OVERRIDES=(
+                algorithm.adv_estimator=grail
+                actor_rollout_ref.actor.strategy=fsdp2
+                actor_rollout_ref.ref.strategy=fsdp2
+                actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+                +reward.reward_kwargs.bot.token_level=false
+            )
+            ;;
         *)
-            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, pass, reco, vps; got '${ALGO}'"
+            vb_die "ALGO must be one of bot, grpo, gspo, dapo, pure, pass, reco, vps, grail; got '${ALGO}'"
             ;;
     esac
 }

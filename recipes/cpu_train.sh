@@ -2,7 +2,7 @@
 # One run of verl 0.9.1's real PPO trainer on a CPU-only machine: a tiny Qwen2-style model
 # (built locally, no hub) learns a CPU task with one of the ALGOs listed below:
 #
-#   TASK=toy_lint (default; toy_math for ALGO=vps, which needs ground-truth answers): a global score plus
+#   TASK=toy_lint (default; toy_math for ALGO=vps and grail, which need answers): a global score plus
 #       penalties on spans of the response (the shape of the React reward's ESLint part); a randomly
 #       initialised model.
 #   TASK=toy_math: integer arithmetic chains in the AIME step format, scored like AIME (Eq. 8, rule-based
@@ -24,6 +24,7 @@
 #         shaping (cache zone: a quarter of the response length), as in recipes/common.sh
 #   vps : verl-bot's GRPO-VPS: GRPO on G plus the progress of the model's belief in the correct answer,
 #         probed on the hf rollout server by the vps_single_turn agent loop (needs ground-truth answers)
+#   grail: GRAIL, GRPO's advantage times per-token weights from the saliency of the <final> answer (toy_math)
 #
 # The CPU-only overrides live in verl_bot/cpu/overrides.txt (read by recipes/cpu_overrides.sh).
 set -xeuo pipefail
@@ -31,7 +32,7 @@ set -xeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PY:-${ROOT}/.venv/bin/python}
 ALGO=${ALGO:-bot}
-TASK=${TASK:-$([[ "${ALGO}" == vps ]] && echo toy_math || echo toy_lint)}
+TASK=${TASK:-$([[ "${ALGO}" == vps || "${ALGO}" == grail ]] && echo toy_math || echo toy_lint)}
 SEED=${SEED:-0}
 STEPS=${STEPS:-30}
 case "${TASK}" in
@@ -56,6 +57,10 @@ case "${TASK}" in
         exit 2
         ;;
 esac
+if [[ "${ALGO}" == grail && "${TASK}" != toy_math ]]; then
+    echo "cpu_train.sh: ALGO=grail needs a final answer per response (TASK=toy_math); ${TASK} has none" >&2
+    exit 2
+fi
 OUT_DIR=${OUT_DIR:-${ROOT}/outputs/cpu_train/${RUN_NAME}}
 DATA_DIR=${DATA_DIR:-${ROOT}/outputs/${TASK}_data}
 TRAIN_BATCH=${TRAIN_BATCH:-8}      # prompts per step
@@ -106,6 +111,13 @@ case "${ALGO}" in
             +reward.reward_kwargs.bot.token_level=false
         )
         ;;
+    grail)
+        ALGO_OVERRIDES=(
+            algorithm.adv_estimator=grail
+            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+            +reward.reward_kwargs.bot.token_level=false
+        )
+        ;;
     gspo)
         ALGO_OVERRIDES=(
             algorithm.adv_estimator=grpo
@@ -144,7 +156,7 @@ case "${ALGO}" in
         )
         ;;
     *)
-        echo "cpu_train.sh: ALGO must be bot, grpo, gspo, dapo, pure, pass, reco or vps, got '${ALGO}'" >&2
+        echo "cpu_train.sh: ALGO must be bot, grpo, gspo, dapo, pure, pass, reco, vps or grail, got '${ALGO}'" >&2
         exit 2
         ;;
 esac

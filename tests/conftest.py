@@ -24,14 +24,9 @@ def tokenizer(tiny_model_dir):
 
 def compose_verl_config(overrides: list[str]):
     """verl's `ppo_trainer` config composed by Hydra with `overrides`, as `main_ppo` would see it."""
-    import verl
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from verl_bot.cpu.actor_engine import compose_trainer_config
 
-    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=overrides)
+    return compose_trainer_config(overrides)
 
 
 def hf_server(model_dir: Path, response_length: int = 12, **rollout: object):

@@ -66,3 +66,11 @@ def test_validation_passk_groups_a_dump_by_prompt(tmp_path):
     table = validation_passk(validation_dumps(tmp_path)[12], ks=[1, 2, 4])
     # u1: 1 of 4 solved -> pass@1 1/4, pass@2 1 - C(3,2)/C(4,2) = 1/2, pass@4 1; u2: none solved -> 0
     assert table == {"pass@1": 0.125, "pass@2": 0.25, "pass@4": 0.5}
+
+
+def test_grail_update_benchmark_prints_ratios():
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "grail_update.py"), "--hidden", "32", "--layers", "2",
+           "--rows", "4", "--prompt", "8", "--response", "24", "--micro", "2", "--repeats", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ratio grail/grpo update time " in proc.stdout and "ratio grail/grpo update peak memory" in proc.stdout

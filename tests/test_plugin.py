@@ -54,7 +54,8 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
 def test_register_is_idempotent():
     first = plugin.register()
     assert plugin.register() is first
-    assert first["adv_estimators"] == ["bot", "pass", "pure", "reco", "vps"] and first["reward_managers"] == ["bot"]
+    assert first["adv_estimators"] == ["bot", "grail", "pass", "pure", "reco", "vps"]
+    assert first["reward_managers"] == ["bot"]
     assert first["agent_loops"] == ["vps_single_turn"]
     assert first["policy_losses"] == ["reco"]
 

@@ -259,6 +259,33 @@ def test_every_algo_composes_and_validates(name, data, slow):
         get_policy_loss_fn(actor.policy_loss.loss_mode)
 
 
+@pytest.mark.parametrize("name", RECIPES)
+def test_grail_composes_for_aime_and_is_refused_for_react(name, data):
+    """ALGO=grail: AIME recipes compose a config that verl and verl-bot's start-up checks accept; React
+    recipes stop with one line (a component has no single final answer)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from verl_bot.preflight import check_config
+    from verl_bot.rewards.settings import manager_settings
+
+    if name.startswith("react"):
+        res = run_recipe(name, base_env(data, DRY_RUN="args", ALGO="grail", **data_env(name, data)))
+        assert res.returncode == 2 and res.stdout == ""
+        assert last_line(res.stderr) == (
+            "recipe: ALGO=grail needs one final answer per response (AIME's <final>); react responses have none"
+        )
+        return
+    cfg = compose_verl_config(recipe_args(name, data, ALGO="grail"))
+    assert cfg.algorithm.adv_estimator == "grail"
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
+    assert manager_settings(cfg)["token_level"] is False
+    assert cfg.trainer.experiment_name == f"{name}_grail_s0"
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    check_config(cfg)  # verl-bot's start-up checks (GRAIL: fsdp2, no Ulysses, no fused kernels, scalar rewards)
+
+
 def test_env_settings_reach_the_config(data, slow):
     model_dir = data["home"] / "local_model"
     model_dir.mkdir(exist_ok=True)
@@ -299,7 +326,7 @@ def test_env_settings_reach_the_config(data, slow):
 @pytest.mark.parametrize(
     "env, expected",
     [
-        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure, pass, reco, vps; got 'ppo'"),
+        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure, pass, reco, vps, grail; got 'ppo'"),
         ({"MODEL_PATH": "/nonexistent/model"}, "recipe: MODEL_PATH=/nonexistent/model: no such model directory"),
         ({"MODEL_PATH": "not a model"}, "recipe: MODEL_PATH=not a model is neither a local model directory nor"),
         ({"TRAIN_FILES": "/nonexistent/train.parquet"}, "recipe: TRAIN_FILES: /nonexistent/train.parquet does not"),

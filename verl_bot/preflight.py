@@ -34,6 +34,12 @@ Refused:
   distillation (whose loss does not receive the knobs). The `reco` loss with one
   mini-batch and one epoch per step is not refused but warned about: its token
   weight is 1 on the first mini-batch of every step, so it changes nothing.
+- `adv_estimator=grail` (`grail_problem`) where its weights are not computed
+  or not tested: an actor strategy other
+  than `fsdp2` (FSDP1 needs an accelerator and is untested; Megatron, veomni,
+  ... have no hook), Ulysses sequence parallelism, fused kernels (no logits),
+  distillation, or the `bot` manager's dense token rewards (GRAIL reweights
+  GRPO's one advantage per response: `token_level=false`).
 """
 
 from __future__ import annotations
@@ -195,6 +201,45 @@ def _reco_problem(config: Any, estimator: str) -> str | None:
     return None
 
 
+def grail_problem(config: Any, settings: dict | None) -> str | None:
+    """Why `adv_estimator=grail` cannot run with `config` (one line), or None. `settings`: the bot manager's.
+
+    Its knobs are checked by the estimator's own parser (`GrailSettings.from_config`, the `options` of its row).
+    """
+    actor = config.actor_rollout_ref.actor
+    strategy = str(actor.get("strategy", "fsdp"))
+    if strategy == "fsdp":
+        return (
+            "adv_estimator=grail with actor_rollout_ref.actor.strategy=fsdp (FSDP1): GRAIL's extra backward is "
+            "tested on FSDP2 only; set actor_rollout_ref.actor.strategy=fsdp2"
+        )
+    if strategy != "fsdp2":
+        return (
+            f"adv_estimator=grail with actor_rollout_ref.actor.strategy={strategy}: GRAIL's weights are computed in "
+            "verl's FSDP engine only; set actor_rollout_ref.actor.strategy=fsdp2"
+        )
+    sp = max(int(actor.get("ulysses_sequence_parallel_size", 1) or 1),
+             int((actor.get("fsdp_config") or {}).get("ulysses_sequence_parallel_size", 1) or 1))
+    if sp > 1:
+        return (
+            f"adv_estimator=grail with Ulysses sequence parallelism (ulysses_sequence_parallel_size={sp}): the "
+            "saliency needs whole sequences on one rank; set actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"
+        )
+    if (config.actor_rollout_ref.get("model") or {}).get("use_fused_kernels", False):
+        return (
+            "adv_estimator=grail with actor_rollout_ref.model.use_fused_kernels=true: the saliency needs the "
+            "answer's logits, which fused kernels never build; set use_fused_kernels=false"
+        )
+    if (config.get("distillation") or {}).get("enabled", False):
+        return "adv_estimator=grail with distillation.enabled=true is not supported; disable distillation"
+    if settings is not None and bool(settings["token_level"]):
+        return (
+            "adv_estimator=grail reweights GRPO's one advantage per response, but the bot reward manager gives a "
+            "reward on every token (token_level=true); set +reward.reward_kwargs.bot.token_level=false"
+        )
+    return None
+
+
 def check_config(config: Any) -> None:
     """Raise `VerlBotConfigError` (one line) for the first thing in `config` that cannot work with verl-bot."""
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
@@ -216,6 +261,10 @@ def check_config(config: Any) -> None:
     settings = manager_settings(config) if bot_manager else None
     if spec is not None and spec.options is not None:
         spec.options(config.algorithm)
+    if estimator == "grail":
+        problem = grail_problem(config, settings)
+        if problem:
+            raise VerlBotConfigError(problem)
     if spec is not None and spec.token_level:
         problem = _token_level_problem(config, estimator, settings)
         if problem:

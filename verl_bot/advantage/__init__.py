@@ -16,6 +16,7 @@ from typing import Any
 
 from verl_bot.advantage import pass_, pure, reco, vps
 from verl_bot.advantage.bot import bot_options, compute_bot_advantage
+from verl_bot.advantage.grail import GrailSettings, compute_grail_advantage
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     "vps": EstimatorSpec(vps.compute_vps_advantage, token_level=False, options=vps.VPSSettings.from_config),
     # GRPO on the summed rewards (any reward manager), times ReCo's response weights
     "reco": EstimatorSpec(reco.compute_reco_advantage, token_level=False, options=reco.reco_options),
+    # GRPO's advantage; its token weights are applied in the actor update (verl_bot.hooks.engine_forward_step)
+    "grail": EstimatorSpec(compute_grail_advantage, token_level=False, options=GrailSettings.from_config),
 }
 
 

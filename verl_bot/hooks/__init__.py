@@ -10,8 +10,10 @@ says in its docstring what it changes and why there:
     multi_trajectory    trainer_base.compute_advantage_for_multi_trajectories
                                                              failed rollouts out of their groups, advantage 0
     compute_metrics     PPOTrainer._compute_metrics          reward/<key>/mean, reward/flag/<name>/mean
-    update_actor        PPOTrainer._update_actor             a verl-bot loss's knobs into the update's extra_info
-    ppo_loss            engine_workers.ppo_loss (worker)     those knobs active while the loss runs
+    update_actor        PPOTrainer._update_actor             a verl-bot loss's knobs into the update's extra_info;
+                                                             GRAIL: answer-span codes + knobs for the update
+    ppo_loss            engine_workers.ppo_loss (worker)     those loss knobs active while the loss runs
+    engine_forward_step FSDPEngineWithLMHead.forward_step    GRAIL: token weights times the advantages
     replay_buffer       ReplayBuffer(Async)._terminal_eviction_reasons
                                                              a reward configuration error stops the run
     validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight)
@@ -38,6 +40,7 @@ TRAINER_HOOKS = (
     "compute_metrics",
     "update_actor",
     "ppo_loss",
+    "engine_forward_step",
     "replay_buffer",
     "validate_config",
     "driver",

@@ -1,0 +1,376 @@
+"""GRAIL: Gradient-Reweighted Advantage (arXiv 2606.04889), as in its authors' code (github.com/declare-lab/grail).
+
+GRAIL keeps GRPO's advantage A_i of each rollout and reweights it per token
+by how much the token's input drives the model's final answer. On every
+micro-batch of the actor update, with the model the update uses:
+
+1. answer span: the first complete answer of the response (the authors':
+   `\\boxed{...}`, marker and closing brace included; this project's AIME
+   prompts: `<final>...</final>`), as per-token codes (`SPAN_*` below);
+2. saliency: L_ans = -sum log p(answer tokens) (logits / sampling temperature);
+   g = dL_ans/de with e the input embeddings (a detached leaf: no parameter
+   gradient is touched); the score of response token t is s_t = ||g ⊙ e||_2
+   at the position that predicts t (the authors' `[-(T+1):-1]` slice);
+3. weights (`grail_weights`), per sequence over its valid tokens:
+       z_t = (log(s_t + 1e-8) - mean) / sqrt(var + 1e-8)
+       w_t = clip(w_mean + sigma_w * z_t, w_min, w_max)
+   then w = 1 on rollouts without an answer or outside the symmetry setting
+   (`wrong`: only rollouts with A_i <= 0 are reweighted), w = w_max on the
+   answer's content, w = w_mean on its marker/closing and after it;
+4. the policy loss sees A_{i,t} = w_t * A_i (the clipped PPO loss is unchanged).
+
+This module holds the pure parts: the answer span in the text and its token
+codes, the weight function, and the saliency of a causal LM (plain torch,
+any `transformers` CausalLM, FSDP2-sharded or not). The estimator registered
+as `algorithm.adv_estimator=grail` is verl's GRPO; the weights are applied
+inside verl's actor update by `verl_bot.hooks.engine_forward_step` (worker)
+with span codes and knobs from `verl_bot.hooks.update_actor` (trainer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from verl_bot.errors import VerlBotConfigError
+
+# per-token span codes (response-aligned)
+SPAN_OTHER, SPAN_MARKER, SPAN_CONTENT, SPAN_AFTER = 0, 1, 2, 3
+# how the codes and the knobs travel from the trainer to the actor's micro-batches (TransferQueue field,
+# `batch.extra_info` key)
+SPAN_FIELD = "verl_bot_grail_span"
+SETTINGS_KEY = "verl_bot_grail"
+
+BOXED_MARKER = "\\boxed{"
+_FINAL_BLOCK = re.compile(r"<\s*final\s*>((?:(?!<\s*/?\s*final\s*>).)*)<\s*/\s*final\s*>", re.I | re.S)
+
+ANSWERS = ("auto", "final", "boxed")
+SYMMETRIES = ("wrong", "correct", "all")
+LEAVES = ("embeddings", "first", "middle", "last")
+LOG_EPS = 1e-8  # the authors' log(s + 1e-8) and sqrt(var + 1e-8)
+
+
+@dataclass(frozen=True)
+class GrailSettings:
+    """GRAIL's knobs (`+algorithm.grail_<name>=...`); defaults are the authors' yaml (qwen3_grail.yaml).
+
+    answer is ours: `auto` = the first `<final>...</final>` block if the response has one, else the first
+    complete `\\boxed{...}` (the authors' rule); `final` or `boxed` = only that form.
+    """
+
+    std: float = 0.5
+    mean: float = 1.0
+    w_min: float = 0.5
+    w_max: float = 5.0
+    rollout_symmetry: str = "wrong"
+    leaf_source: str = "embeddings"
+    answer: str = "auto"
+
+    @classmethod
+    def from_config(cls, algorithm: Any) -> GrailSettings:
+        """Read `grail_<field>` keys of verl's `algorithm` config (a DictConfig, dict or None).
+
+        Raises VerlBotConfigError (a ValueError) naming the knob whose value cannot work (also at start-up:
+        this is the estimator's `options` in `verl_bot.advantage.ESTIMATORS`).
+        """
+        get = algorithm.get if algorithm is not None else (lambda key, default=None: default)
+        defaults = cls()
+        values = {name: get(f"grail_{name}", value) for name, value in asdict(defaults).items()}
+        try:
+            settings = cls(
+                **{k: (float(v) if isinstance(getattr(defaults, k), float) else str(v)) for k, v in values.items()}
+            )
+        except (TypeError, ValueError) as exc:
+            raise VerlBotConfigError(f"adv_estimator=grail: a +algorithm.grail_* knob is not a number: {exc}") from exc
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Raise VerlBotConfigError naming the first knob that cannot work."""
+        for name, value, allowed in (
+            ("rollout_symmetry", self.rollout_symmetry, SYMMETRIES),
+            ("leaf_source", self.leaf_source, LEAVES),
+            ("answer", self.answer, ANSWERS),
+        ):
+            if value not in allowed:
+                raise VerlBotConfigError(f"algorithm.grail_{name}={value!r}: must be one of {', '.join(allowed)}")
+        if not self.std > 0:
+            raise VerlBotConfigError(f"algorithm.grail_std={self.std}: must be > 0 (the spread of the weights)")
+        if not 0 <= self.w_min <= self.w_max:
+            raise VerlBotConfigError(
+                f"algorithm.grail_w_min={self.w_min}, grail_w_max={self.w_max}: need 0 <= w_min <= w_max"
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class AnswerSpan(NamedTuple):
+    """Character offsets of an answer in a response: marker [start, content_start), content
+    [content_start, content_end), closing [content_end, end); everything from `end` on is after it."""
+
+    start: int
+    content_start: int
+    content_end: int
+    end: int
+
+
+def first_boxed_span(text: str) -> AnswerSpan | None:
+    """The first complete `\\boxed{...}` of `text` (brace depth counted; an unbalanced one is skipped), as the
+    authors' `_find_boxed_char_span`; None if there is none."""
+    i = 0
+    while True:
+        start = text.find(BOXED_MARKER, i)
+        if start == -1:
+            return None
+        j, depth = start + len(BOXED_MARKER), 1
+        while j < len(text) and depth > 0:
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+            j += 1
+        if depth == 0:
+            return AnswerSpan(start, start + len(BOXED_MARKER), j - 1, j)
+        i = start + len(BOXED_MARKER)
+
+
+def first_final_span(text: str) -> AnswerSpan | None:
+    """The first complete `<final>...</final>` block of `text` with no other final tag inside (tags as the math
+    reward reads them: case-insensitive, spaces allowed); None if there is none."""
+    m = _FINAL_BLOCK.search(text)
+    return None if m is None else AnswerSpan(m.start(), m.start(1), m.end(1), m.end())
+
+
+def answer_span(text: str, answer: str = "auto") -> AnswerSpan | None:
+    """The answer span of a response text: `final`, `boxed`, or `auto` (a `<final>` block, else `\\boxed{}`)."""
+    if answer == "boxed":
+        return first_boxed_span(text)
+    final = first_final_span(text)
+    if final is not None or answer == "final":
+        return final
+    return first_boxed_span(text)
+
+
+def span_codes(char_spans: np.ndarray, span: AnswerSpan | None) -> np.ndarray:
+    """Per-token span codes from each token's `[start, end)` character span.
+
+    Args:
+        char_spans: (n, 2) int character span of each token (`verl_bot.rewards.spans.token_char_spans`).
+        span: the answer's character span, or None.
+
+    Returns:
+        (n,) int8: `SPAN_CONTENT` for a token overlapping the content; else `SPAN_MARKER` for one overlapping
+        the marker or the closing tag/brace; else `SPAN_AFTER` for one starting at or after the span's end
+        (tokens that cover no character, e.g. EOS, count by where they sit); else `SPAN_OTHER`. All
+        `SPAN_OTHER` without a span.
+    """
+    n = len(char_spans)
+    codes = np.zeros(n, dtype=np.int8)
+    if span is None or n == 0:
+        return codes
+    s, e = char_spans[:, 0], char_spans[:, 1]
+
+    def overlaps(a: int, b: int) -> np.ndarray:
+        return (s < b) & (e > a) & (e > s)
+
+    codes[s >= span.end] = SPAN_AFTER
+    codes[overlaps(span.start, span.end)] = SPAN_MARKER
+    codes[overlaps(span.content_start, span.content_end)] = SPAN_CONTENT
+    return codes
+
+
+def reweighted_rows(row_advantage: torch.Tensor, symmetry: str) -> torch.Tensor:
+    """(B,) bool: the rollouts GRAIL reweights. `wrong`: A <= 0; `correct`: A > 0; `all`: every one.
+
+    row_advantage: (B,) each rollout's advantage (GRPO's A_i).
+    """
+    if symmetry == "wrong":
+        return row_advantage <= 0
+    if symmetry == "correct":
+        return row_advantage > 0
+    return torch.ones_like(row_advantage, dtype=torch.bool)
+
+
+@torch.no_grad()
+def grail_weights(
+    scores: torch.Tensor,
+    span: torch.Tensor,
+    mask: torch.Tensor,
+    reweight: torch.Tensor,
+    std: float = 0.5,
+    mean: float = 1.0,
+    w_min: float = 0.5,
+    w_max: float = 5.0,
+) -> torch.Tensor:
+    """GRAIL's per-token weights from saliency scores (phase 2 of the authors' `compute_grail_weights`).
+
+    Args:
+        scores: (B, T) saliency s_t >= 0 of each response token (any value on padding).
+        span: (B, T) int span codes (`SPAN_*`), 0 on padding.
+        mask: (B, T) 1 on valid response tokens, 0 on padding.
+        reweight: (B,) bool, False for rollouts kept at weight 1 by the symmetry setting.
+        std, mean, w_min, w_max: sigma_w, w_mean and the clip range.
+
+    Returns:
+        (B, T) float32 weights: clip(mean + std * z(log s), w_min, w_max) within each sequence; 1 on rows
+        without an answer or not reweighted; w_max on answer content, mean on its marker/closing and on
+        valid tokens after it (in every row, as the authors' code does); 0 on padding.
+    """
+    valid = mask.bool()
+    m = valid.float()
+    log_s = torch.log(scores.float() + LOG_EPS)
+    count = m.sum(dim=-1, keepdim=True).clamp(min=1.0)
+    mu = (log_s * m).sum(dim=-1, keepdim=True) / count
+    sd = torch.sqrt((((log_s - mu) ** 2) * m).sum(dim=-1, keepdim=True) / count + LOG_EPS)
+    weights = (mean + std * (log_s - mu) / sd).clamp(w_min, w_max)
+    has_answer = ((span == SPAN_MARKER) | (span == SPAN_CONTENT)).any(dim=-1)
+    keep_one = ~(has_answer & reweight.bool())
+    weights = torch.where(keep_one[:, None], torch.ones_like(weights), weights)
+    weights = torch.where(span == SPAN_CONTENT, torch.full_like(weights, w_max), weights)
+    weights = torch.where((span == SPAN_MARKER) | (span == SPAN_AFTER), torch.full_like(weights, mean), weights)
+    return weights * m
+
+
+def weight_stats(weights: torch.Tensor, span: torch.Tensor, mask: torch.Tensor, reweight: torch.Tensor,
+                 w_max: float) -> dict[str, float]:
+    """Diagnostics of one micro-batch: mean weight and share at w_max over valid tokens, share of rows with an
+    answer and of rows reweighted (answer and symmetry). All tensors as in `grail_weights`."""
+    valid = mask.bool()
+    n_valid = max(int(valid.sum()), 1)
+    has_answer = ((span == SPAN_MARKER) | (span == SPAN_CONTENT)).any(dim=-1)
+    rows = max(span.shape[0], 1)
+    return {
+        "w_mean": float(weights[valid].sum()) / n_valid,
+        "w_cap_share": float(((weights >= w_max) & valid).sum()) / n_valid,
+        "answer_rate": float(has_answer.sum()) / rows,
+        "reweighted_rate": float((has_answer & reweight.bool()).sum()) / rows,
+    }
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder layers of a `transformers` CausalLM (the first ModuleList named `layers`)."""
+    for name, module in model.named_modules():
+        if name.split(".")[-1] == "layers" and isinstance(module, torch.nn.ModuleList):
+            return module
+    raise ValueError(f"GRAIL: no decoder `layers` ModuleList in {type(model).__name__}")
+
+
+def _leaf_hook(model: torch.nn.Module, leaf_source: str, store: dict):
+    """Install the hook that makes the attribution leaf; returns its handle.
+
+    `embeddings`: the input embeddings (output of `get_input_embeddings()`); `first`/`middle`/`last`: the
+    hidden states entering decoder layer 1, L//2 and L-1 (the authors' `hidden_states[1]`, `[L//2]`,
+    `[L-1]` of `output_hidden_states`). The leaf is the tensor detached and marked `requires_grad`; a
+    recomputation under gradient checkpointing makes a new one with the same values, the first is kept.
+    """
+
+    def make_leaf(tensor: torch.Tensor) -> torch.Tensor:
+        leaf = tensor.detach().requires_grad_(True)
+        store.setdefault("leaf", leaf)
+        return leaf
+
+    if leaf_source == "embeddings":
+        return model.get_input_embeddings().register_forward_hook(lambda mod, args, out: make_leaf(out))
+    layers = decoder_layers(model)
+    index = {"first": 1, "middle": len(layers) // 2, "last": len(layers) - 1}[leaf_source]
+    if not 0 < index < len(layers):
+        raise ValueError(f"GRAIL: grail_leaf_source={leaf_source} needs more than {len(layers)} decoder layer(s)")
+
+    def pre_hook(mod, args, kwargs):
+        if args:
+            return (make_leaf(args[0]), *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": make_leaf(kwargs["hidden_states"])}
+
+    return layers[index].register_forward_pre_hook(pre_hook, with_kwargs=True)
+
+
+def answer_saliency(
+    model: torch.nn.Module,
+    model_inputs: Mapping[str, Any],
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    labels: torch.Tensor,
+    answer: torch.Tensor,
+    temperature: torch.Tensor,
+    leaf_source: str = "embeddings",
+) -> torch.Tensor:
+    """GRAIL's saliency s = ||g ⊙ e||_2 of the positions (rows, cols) of the model's input.
+
+    One forward of `model(**model_inputs)` with the leaf hooked in and logits only at the answer positions
+    (`logits_to_keep` as an index tensor), L_ans = -sum log softmax(logits / temperature)[label] over the
+    positions with `answer`, then g = autograd.grad(L_ans, leaf): parameter gradients are not touched.
+    Without any answer position the same forward and backward run on a zero loss (every rank of a
+    sharded model then runs the same collectives).
+
+    Args:
+        model: a `transformers` CausalLM accepting `logits_to_keep` (plain, FSDP2 or PEFT-wrapped).
+        model_inputs: its keyword inputs, (R, S) layout (R = 1 for packed sequences).
+        rows, cols: (N,) int64 coordinates in that layout of the positions to score; position (r, c)
+            predicts token (r, c + 1).
+        labels: (N,) int64 the token each position predicts.
+        answer: (N,) bool, True where that token belongs to the answer span (marker, content, closing).
+        temperature: (N,) float sampling temperature of each position.
+        leaf_source: see `_leaf_hook`.
+
+    Returns:
+        (N,) float32 scores.
+    """
+    store: dict[str, torch.Tensor] = {}
+    answer = answer.bool()
+    keep = torch.unique(cols[answer]) if bool(answer.any()) else cols[:1].clone()
+    handle = _leaf_hook(model, leaf_source, store)
+    try:
+        with torch.enable_grad():
+            out = model(**model_inputs, logits_to_keep=keep, use_cache=False)
+            if "leaf" not in store:
+                raise RuntimeError("GRAIL: the attribution leaf was not produced by the forward")
+            logits = out.logits
+            if bool(answer.any()):
+                sel = logits[rows[answer], torch.searchsorted(keep, cols[answer])]
+                temps = temperature[answer].to(sel.device, torch.float32).unsqueeze(-1)
+                logp = torch.log_softmax(sel.float() / temps, dim=-1)
+                loss = -logp.gather(-1, labels[answer].unsqueeze(-1)).sum()
+            else:
+                loss = logits.float().sum() * 0.0
+            (grad,) = torch.autograd.grad(loss, store["leaf"])
+    finally:
+        handle.remove()
+    leaf = store["leaf"].detach()
+    return (grad[rows, cols].float() * leaf[rows, cols].float()).norm(dim=-1)
+
+
+def compute_grail_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl adapter registered as `algorithm.adv_estimator=grail`: verl's own GRPO advantage.
+
+    GRAIL's token weights are not computed here: they need the model of the update and are applied in the
+    actor update (`verl_bot.hooks.engine_forward_step`). Reads verl's `norm_adv_by_std_in_grpo` (default True).
+
+    Args:
+        token_level_rewards: (B, T) one scalar reward per response (on its last token). response_mask: (B, T).
+        index: (B,) uids.
+
+    Returns:
+        (advantages, returns): both (B, T), verl's `compute_grpo_outcome_advantage`.
+    """
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    get = config.get if config is not None else (lambda key, default=None: default)
+    return compute_grpo_outcome_advantage(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        index=index,
+        norm_adv_by_std_in_grpo=bool(get("norm_adv_by_std_in_grpo", True)),
+        config=config,
+    )
