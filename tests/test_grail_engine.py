@@ -43,9 +43,7 @@ init_process_group(int(sys.argv[3]))
 engine, loss_fn = build_actor_engine(model_dir, [
     "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=1",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-    # fp32 compute for exact comparisons (FSDP2's param_dtype is bf16 unless set here)
-    "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
-])
+])  # fp32 compute for exact comparisons: the CPU overrides set FSDP2's mixed precision to fp32
 
 plain = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa", dtype=torch.float32).train()
 seqs, prompts, answers = make_sequences(plain.config.vocab_size, seed=1)
