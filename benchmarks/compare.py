@@ -243,7 +243,9 @@ def summary_table(rows: list[dict[str, str]]) -> str:
         f"Mean ± std over seeds. Steps to threshold: the first step whose trailing {WINDOW}-step mean reaches "
         f"the threshold (never: steps + 1, 'censored'). Final: mean of the last {FINAL} steps."
     )
-    return "\n".join(lines) + "\n\n" + note + "\n"
+    shown = [name for name in VARIANTS if any(row["variant"] == name for row in rows)]
+    legend = "\n".join(f"- `{name}`: {VARIANTS[name].what}" for name in shown)
+    return "\n".join(lines) + "\n\n" + note + "\n\n" + legend + "\n"
 
 
 def readme_block(readme: str, table: str) -> str:

@@ -45,17 +45,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from compare import steps_to_threshold  # noqa: E402  (benchmarks/, beside this file)
+
 from verl_bot.eval.figures import plot_runs  # noqa: E402
 from verl_bot.eval.passk import pass_at_k_from_results  # noqa: E402
 from verl_bot.eval.records import read_metric  # noqa: E402
-
-
-def steps_to_threshold(values: list[float], threshold: float, window: int) -> int | None:
-    """1-based step at which the trailing `window`-step mean first reaches `threshold`; None if never."""
-    for end in range(window, len(values) + 1):
-        if statistics.fmean(values[end - window : end]) >= threshold:
-            return end
-    return None
 
 
 def validation_passk(dump: Path, ks: Sequence[int]) -> dict[str, float]:

@@ -26,7 +26,7 @@ def test_advantage_benchmark_prints_ratios():
 
 def test_steps_to_threshold_uses_the_trailing_mean():
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from sample_efficiency import steps_to_threshold
+    from compare import steps_to_threshold
 
     assert steps_to_threshold([0.1, 0.95, 0.2, 0.9, 0.95, 0.96], threshold=0.9, window=3) == 6
     assert steps_to_threshold([0.95, 0.95], threshold=0.9, window=1) == 1

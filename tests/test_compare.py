@@ -1,0 +1,84 @@
+"""benchmarks/compare.py: per-step CSV from verl's metrics, the summary against hand-computed values, and the
+README's results block equal to what `compare.py report` makes from the committed CSVs."""
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import compare  # noqa: E402
+
+
+def write_run(results: Path, task: str, variant: str, seed: int, score: list[float], acc: list[float]) -> None:
+    rows = [
+        {"step": str(i + 1), "score": repr(s), "acc": repr(a), "scorer_failed": "0.0", "response_length": "20.0",
+         "adv_abs_max": "", "step_time_s": "2.0"}
+        for i, (s, a) in enumerate(zip(score, acc, strict=True))
+    ]
+    compare.write_csv(compare.csv_path(results, task, variant, seed), rows)
+
+
+def test_metrics_become_one_row_per_training_step(tmp_path):
+    records = [
+        {"step": 1, "data": {"actor/pg_loss": 0.1, "reward/score/mean": 0.5, "reward/acc/mean": 0.25,
+                             "timing_s/step": 3.0}},
+        {"step": 2, "data": {"val-core/toy_lint/acc/mean@1": 0.5}},  # validation only: not a training step
+        {"step": 2, "data": {"actor/pg_loss": 0.2, "reward/score/mean": 0.75, "bot/adv_abs_max": 2.5}},
+    ]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("\n".join(json.dumps(r) for r in records) + "\n\n")
+    rows = compare.metrics_to_rows(metrics)
+    assert [r["step"] for r in rows] == ["1", "2"]
+    assert rows[0]["score"] == "0.5" and rows[0]["acc"] == "0.25" and rows[0]["step_time_s"] == "3.0"
+    assert rows[1]["adv_abs_max"] == "2.5" and rows[1]["acc"] == ""  # a metric the step lacks stays empty
+    compare.write_csv(tmp_path / "r.csv", rows)
+    back = compare.read_csv(tmp_path / "r.csv")
+    assert back[1]["score"] == 0.75 and back[1]["acc"] is None
+
+
+def test_summary_matches_hand_computed_values(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "FINAL", 2)
+    # toy_lint: G threshold 0.9 over a trailing 3-step mean
+    write_run(tmp_path, "toy_lint", "bot", 0, [0.8, 0.9, 1.0, 1.0, 1.0], [0, 0, 1, 1, 1])  # 3-step mean 0.9 at 3
+    write_run(tmp_path, "toy_lint", "bot", 1, [0.5, 0.9, 0.9, 0.9, 0.9], [0, 0, 0, 1, 1])  # (0.9*3) at 4
+    write_run(tmp_path, "toy_lint", "grpo", 0, [0.1] * 5, [0.0] * 5)  # never: censored at steps + 1 = 6
+    write_run(tmp_path, "toy_lint", "grpo", 1, [0.1, 0.2, 0.9, 0.9, 0.95], [0.0] * 5)  # mean(0.9,0.9,0.95) at 5
+    rows = {r["variant"]: r for r in compare.summarize(tmp_path)}
+    assert list(rows) == ["bot", "grpo"]  # VARIANTS order
+    bot, grpo = rows["bot"], rows["grpo"]
+    assert bot["seeds"] == "2" and bot["steps"] == "5" and bot["threshold"] == "score >= 0.9"
+    assert bot["steps_to_threshold"] == "3.50 ± 0.50"  # steps 3 and 4
+    assert bot["final_score"] == "0.95 ± 0.05"  # last 2 steps: 1.0 and 0.9
+    assert bot["final_acc"] == "1.00 ± 0.00"
+    assert grpo["steps_to_threshold"] == "5.50 ± 0.50 (1 censored)"  # 6 (never) and 5
+    assert grpo["final_score"] == "0.51 ± 0.41"  # 0.1 and 0.925
+    table = compare.summary_table(list(rows.values()))
+    assert "| toy_lint | grpo | 2 | 5.50 ± 0.50 (1 censored) (score >= 0.9) | 0.51 ± 0.41 | 0.00 ± 0.00 |" in table
+    assert f"- `bot`: {compare.VARIANTS['bot'].what}" in table and "`pass`" not in table
+
+
+def test_report_writes_summary_figures_and_only_the_readme_block(tmp_path):
+    write_run(tmp_path, "toy_math", "bot", 0, [1.0, 2.0, 2.5, 2.5], [0.4, 0.6, 0.7, 0.8])
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{compare.BEGIN}\nold table\n{compare.END}\noutro\n")
+    table = compare.report(tmp_path, readme=readme)
+    text = readme.read_text()
+    assert text == f"intro\n{compare.BEGIN}\n{table}{compare.END}\noutro\n"
+    with open(tmp_path / "summary.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["task"] == "toy_math" and row["steps_to_threshold"] == "4.00"  # step 3: 0.57; step 4: 0.7 >= 0.6
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == [
+        "toy_lint_acc.png", "toy_lint_score.png", "toy_math_acc.png", "toy_math_score.png"
+    ]
+
+
+def test_readme_numbers_are_the_committed_csvs():
+    rows = compare.summarize(compare.RESULTS)
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index(compare.BEGIN) + len(compare.BEGIN) : readme.index(compare.END)]
+    assert block == "\n" + compare.summary_table(rows)
+    with open(compare.RESULTS / "summary.csv", newline="") as fh:
+        assert list(csv.DictReader(fh)) == rows
