@@ -292,6 +292,18 @@ class HFRolloutServer:
                         r.future.set_result(out)
 
     @torch.no_grad()
+    def _pad_prompts(self, reqs: list[_Request], left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The requests' prompts as `(input_ids, attention_mask)`, both [B, max prompt length], padded with the
+        pad token on the left (generation: every prompt ends at the last column) or on the right (scoring)."""
+        length = max(len(r.prompt_ids) for r in reqs)
+        input_ids = torch.full((len(reqs), length), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(reqs), length), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            cols = slice(length - len(r.prompt_ids), length) if left else slice(0, len(r.prompt_ids))
+            input_ids[i, cols] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            attention_mask[i, cols] = 1
+        return input_ids, attention_mask
+
     def _generate_batch(self, reqs: list[_Request], key: tuple) -> list[TokenOutput]:
         """Run one `model.generate` over left-padded prompts.
 
@@ -304,13 +316,7 @@ class HFRolloutServer:
 
         temperature, top_p, top_k, rep, want_logprobs, ignore_eos, _ = key
         bsz = len(reqs)
-        length = max(len(r.prompt_ids) for r in reqs)
-        input_ids = torch.full((bsz, length), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((bsz, length), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            n = len(r.prompt_ids)
-            input_ids[i, length - n :] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            attention_mask[i, length - n :] = 1
+        input_ids, attention_mask = self._pad_prompts(reqs, left=True)
         max_new = max(r.max_tokens for r in reqs)
         do_sample = temperature > 0
         gen = GenerationConfig(
@@ -326,7 +332,7 @@ class HFRolloutServer:
             return_dict_in_generate=True,
         )
         out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen)
-        sequences = out.sequences[:, length:]  # [B, T]
+        sequences = out.sequences[:, input_ids.shape[1] :]  # [B, T]
         logprobs = None
         if want_logprobs:
             logits = torch.stack(out.logits, dim=1).float()  # [B, T, V]
@@ -368,12 +374,7 @@ class HFRolloutServer:
         """
         temperature, top_p, top_k, rep, want_logprobs, ignore_eos, k = key
         bsz = len(reqs)
-        length = max(len(r.prompt_ids) for r in reqs)
-        input_ids = torch.full((bsz, length), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((bsz, length), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            input_ids[i, : len(r.prompt_ids)] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            attention_mask[i, : len(r.prompt_ids)] = 1
+        input_ids, attention_mask = self._pad_prompts(reqs, left=False)
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, L, V]
         width = max(k, 1)
         extras = []
