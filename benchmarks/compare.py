@@ -255,7 +255,7 @@ def readme_block(readme: str, table: str) -> str:
 
 
 def plot(results: Path) -> list[Path]:
-    """results/figures/<task>_<metric>.png: mean curve per variant with its min-max band over seeds."""
+    """results/figures/<task>_<metric>.png (tasks with runs): mean curve per variant, min-max band over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,7 +263,7 @@ def plot(results: Path) -> list[Path]:
 
     out = []
     (results / "figures").mkdir(parents=True, exist_ok=True)
-    for task in TASKS:
+    for task in [t for t in TASKS if (results / "runs" / t).is_dir()]:
         for metric, label in (("score", "mean G"), ("acc", "solved rate")):
             fig, ax = plt.subplots(figsize=(8, 4.5))
             for name in VARIANTS:

@@ -70,9 +70,7 @@ def test_report_writes_summary_figures_and_only_the_readme_block(tmp_path):
     with open(tmp_path / "summary.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
     assert row["task"] == "toy_math" and row["steps_to_threshold"] == "4.00"  # step 3: 0.57; step 4: 0.7 >= 0.6
-    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == [
-        "toy_lint_acc.png", "toy_lint_score.png", "toy_math_acc.png", "toy_math_score.png"
-    ]
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["toy_math_acc.png", "toy_math_score.png"]
 
 
 def test_readme_numbers_are_the_committed_csvs():
