@@ -254,8 +254,15 @@ def readme_block(readme: str, table: str) -> str:
     return readme[:start] + "\n" + table + readme[end:]
 
 
+def trailing_mean(values: list[float], window: int = WINDOW) -> list[float]:
+    """Mean of the last `window` values at each step (fewer at the start): the curve the threshold reads."""
+    return [statistics.fmean(values[max(0, i + 1 - window) : i + 1]) for i in range(len(values))]
+
+
 def plot(results: Path) -> list[Path]:
-    """results/figures/<task>_<metric>.png (tasks with runs): mean curve per variant, min-max band over seeds."""
+    """results/figures/<task>_<metric>_<panel>.png (tasks with runs; panels `main`: the algorithms, `open`: bot
+    and its open-question variants): per variant the mean over seeds of the trailing `WINDOW`-step mean, and its
+    min-max band over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,26 +270,33 @@ def plot(results: Path) -> list[Path]:
 
     out = []
     (results / "figures").mkdir(parents=True, exist_ok=True)
+    panels = {"main": MAIN, "open": ["bot", *OPEN_QUESTIONS]}
+    colours = plt.get_cmap("tab10").colors
     for task in [t for t in TASKS if (results / "runs" / t).is_dir()]:
         for metric, label in (("score", "mean G"), ("acc", "solved rate")):
-            fig, ax = plt.subplots(figsize=(8, 4.5))
-            for name in VARIANTS:
-                files = sorted((results / "runs" / task / name).glob("s*.csv"))
-                if not files:
-                    continue
-                runs = [read_csv(f) for f in files]
-                steps = min(len(r) for r in runs)
-                xs = list(range(1, steps + 1))
-                values = [[r[i][metric] for r in runs] for i in range(steps)]
-                ax.plot(xs, [statistics.fmean(v) for v in values], label=name, lw=1.5)
-                ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.12)
-            ax.set(xlabel="training step", ylabel=label, title=f"{task}: {label} per step (mean, min-max over seeds)")
-            ax.legend(fontsize=7, ncol=2)
-            path = results / "figures" / f"{task}_{metric}.png"
-            fig.tight_layout()
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
-            out.append(path)
+            for panel, names in panels.items():
+                fig, ax = plt.subplots(figsize=(8, 4.5))
+                for colour, name in zip(colours, names, strict=False):
+                    files = sorted((results / "runs" / task / name).glob("s*.csv"))
+                    if not files:
+                        continue
+                    runs = [read_csv(f) for f in files]
+                    steps = min(len(r) for r in runs)
+                    curves = [trailing_mean([row[metric] for row in r[:steps]]) for r in runs]
+                    xs = list(range(1, steps + 1))
+                    per_step = list(zip(*curves, strict=True))
+                    ax.plot(xs, [statistics.fmean(v) for v in per_step], label=f"{name} ({len(runs)})",
+                            color=colour, lw=2 if name == "bot" else 1.3)
+                    ax.fill_between(xs, [min(v) for v in per_step], [max(v) for v in per_step], color=colour,
+                                    alpha=0.1)
+                title = f"{task}: {label}, trailing {WINDOW}-step mean (mean and min-max over seeds)"
+                ax.set(xlabel="training step", ylabel=label, title=title)
+                ax.legend(fontsize=8, ncol=2, title="variant (seeds)", title_fontsize=8)
+                path = results / "figures" / f"{task}_{metric}_{panel}.png"
+                fig.tight_layout()
+                fig.savefig(path, dpi=110)
+                plt.close(fig)
+                out.append(path)
     return out
 
 

@@ -70,7 +70,13 @@ def test_report_writes_summary_figures_and_only_the_readme_block(tmp_path):
     with open(tmp_path / "summary.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
     assert row["task"] == "toy_math" and row["steps_to_threshold"] == "4.00"  # step 3: 0.57; step 4: 0.7 >= 0.6
-    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["toy_math_acc.png", "toy_math_score.png"]
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == [
+        f"toy_math_{metric}_{panel}.png" for metric in ("acc", "score") for panel in ("main", "open")
+    ]
+
+
+def test_trailing_mean_is_what_the_threshold_reads():
+    assert compare.trailing_mean([0.0, 3.0, 6.0, 9.0], window=3) == [0.0, 1.5, 3.0, 6.0]
 
 
 def test_readme_numbers_are_the_committed_csvs():
