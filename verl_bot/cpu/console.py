@@ -268,6 +268,9 @@ class Console:
             log.write(f"\n===== {self.args.title}: {' '.join(command)}\n")
             log.flush()
             proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            # Ctrl-C is ours to handle even when the console inherited it ignored (a background job) or an
+            # imported library replaced Python's handler
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             pump = threading.Thread(target=self._pump, args=(proc.stdout, log), daemon=True)
             pump.start()
             try:
