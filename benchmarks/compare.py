@@ -16,7 +16,7 @@ Files (the results folder is committed; the runs' own directories are not):
 
     results/runs/<task>/<variant>/s<seed>.csv   one row per training step: the metrics in CSV_COLUMNS
     results/summary.csv                         per task x variant, mean and spread over seeds
-    results/figures/<task>_<metric>.png         mean curve per variant, min-max band over seeds
+    results/figures/<task>_<metric>_<panel>.png trailing-mean curve per variant (panels: main, open), min-max band
 
 `report` also rewrites the README's block between `<!-- compare:begin -->` and `<!-- compare:end -->`
 with the summary table, so the README's numbers are the committed CSVs' (a test checks it).
