@@ -171,6 +171,13 @@ def run_one(task: str, name: str, seed: int, steps: int, results: Path, work: Pa
 
 
 # ------------------------------------------------------------------------------------------ summary
+def load_runs(results: Path, task: str, variant: str) -> list[list[dict[str, float | None]]]:
+    """The seeds' runs of (task, variant), in seed order, each cut to the shortest run's steps ([] if none)."""
+    runs = [read_csv(f) for f in sorted((results / "runs" / task / variant).glob("s*.csv"))]
+    steps = min((len(r) for r in runs), default=0)
+    return [r[:steps] for r in runs]
+
+
 def steps_to_threshold(values: list[float], threshold: float, window: int = WINDOW) -> int | None:
     """1-based step at which the trailing `window`-step mean first reaches `threshold`; None if never."""
     for end in range(window, len(values) + 1):
@@ -191,11 +198,10 @@ def summarize(results: Path) -> list[dict[str, str]]:
     rows = []
     for task, spec in TASKS.items():
         for name in VARIANTS:
-            files = sorted((results / "runs" / task / name).glob("s*.csv"))
-            if not files:
+            runs = load_runs(results, task, name)
+            if not runs:
                 continue
-            runs = [read_csv(f) for f in files]
-            steps = min(len(r) for r in runs)
+            steps = len(runs[0])
             reached = [steps_to_threshold([row[spec.metric] for row in r[:steps]], spec.threshold) for r in runs]
 
             def final(column: str, runs=runs, steps=steps) -> str:
@@ -277,11 +283,10 @@ def plot(results: Path) -> list[Path]:
             for panel, names in panels.items():
                 fig, ax = plt.subplots(figsize=(8, 4.5))
                 for colour, name in zip(colours, names, strict=False):
-                    files = sorted((results / "runs" / task / name).glob("s*.csv"))
-                    if not files:
+                    runs = load_runs(results, task, name)
+                    if not runs:
                         continue
-                    runs = [read_csv(f) for f in files]
-                    steps = min(len(r) for r in runs)
+                    steps = len(runs[0])
                     curves = [trailing_mean([row[metric] for row in r[:steps]]) for r in runs]
                     xs = list(range(1, steps + 1))
                     per_step = list(zip(*curves, strict=True))
