@@ -7,7 +7,7 @@
 #   REWARD_URL=http://127.0.0.1:8802 ALGO=grpo bash recipes/aime_smollm.sh    # GRPO needs no step judge
 #   DRY_RUN=1 ALGO=gspo bash recipes/aime_smollm.sh         # print the composed verl config, exit
 #
-# ALGO=bot|grpo|gspo|dapo|pure|pass|reco|vps|grail; shared settings, checks and the overrides of each ALGO: recipes/common.sh.
+# ALGO=bot|grpo|gspo|dapo|pure|pass|reco|vps|grail: recipes/algos.sh; the shared settings and checks: recipes/common.sh.
 # Hardware: 1 node x 8 GPUs (80 GB); vLLM rollout. Table of recipes: recipes/README.md.
 set -xeuo pipefail
 

@@ -21,16 +21,22 @@
 #   gspo: verl's gspo policy loss (sequence ratio, the GSPO paper's clip ranges) with grpo on G only
 #   dapo: verl's grpo on G only with DAPO's clip-higher (0.2/0.28), dynamic sampling on the outcome (acc: groups
 #         whose rollouts are all solved or all unsolved are dropped and refilled), token-mean loss and overlong
-#         shaping (cache zone: a quarter of the response length), as in recipes/common.sh
+#         shaping (cache zone: a quarter of the response length)
 #   vps : verl-bot's GRPO-VPS: GRPO on G plus the progress of the model's belief in the correct answer,
 #         probed on the hf rollout server by the vps_single_turn agent loop (needs ground-truth answers)
 #   grail: GRAIL, GRPO's advantage times per-token weights from the saliency of the <final> answer (toy_math)
 #
-# The CPU-only overrides live in verl_bot/cpu/overrides.txt (read by recipes/cpu_overrides.sh).
+# Each ALGO's overrides are the GPU recipes' (recipes/algos.sh); the CPU-only overrides live in
+# verl_bot/cpu/overrides.txt (read by recipes/cpu_overrides.sh). Extra overrides go last and win.
 set -xeuo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PY:-${ROOT}/.venv/bin/python}
+vb_die() {
+    { set +x; } 2>/dev/null
+    echo "cpu_train.sh: $*" >&2
+    exit 2
+}
 ALGO=${ALGO:-bot}
 TASK=${TASK:-$([[ "${ALGO}" == vps || "${ALGO}" == grail ]] && echo toy_math || echo toy_lint)}
 SEED=${SEED:-0}
@@ -43,6 +49,7 @@ case "${TASK}" in
         RESPONSE_LENGTH=${RESPONSE_LENGTH:-24}
         LR=${LR:-2e-3}             # our choice for a 100k-parameter model (the paper's 5e-7 is for 3B)
         W_LOCAL=${W_LOCAL:-0.5}    # w_s; G is in [-1, 1], S in {-1, 0}
+        HAS_ANSWER=0               # no answer to probe (vps) or to attribute (grail)
         ;;
     toy_math)
         RUN_NAME=toy_math_${ALGO}_s${SEED}
@@ -51,16 +58,21 @@ case "${TASK}" in
         RESPONSE_LENGTH=${RESPONSE_LENGTH:-48}  # 4 steps + final = 40 tokens
         LR=${LR:-5e-4}             # a warm-started model: 2e-3 undoes its arithmetic (bot and grpo alike)
         W_LOCAL=${W_LOCAL:-1.0}    # Eq. 8 with w_g = w_s = 1: the scorer already weighs S (0.5 * e_s / |S|)
+        HAS_ANSWER=1
         ;;
-    *)
-        echo "cpu_train.sh: TASK must be toy_lint or toy_math, got '${TASK}'" >&2
-        exit 2
-        ;;
+    *) vb_die "TASK must be toy_lint or toy_math, got '${TASK}'" ;;
 esac
-if [[ "${ALGO}" == grail && "${TASK}" != toy_math ]]; then
-    echo "cpu_train.sh: ALGO=grail needs a final answer per response (TASK=toy_math); ${TASK} has none" >&2
-    exit 2
-fi
+# The ALGO overrides are the GPU recipes' (recipes/algos.sh); knobs whose GPU defaults assume thousands of tokens:
+MAX_RESPONSE_LENGTH=${RESPONSE_LENGTH}
+ANSWER_TASKS=TASK=toy_math
+VPS_MIN_GAP=${VPS_MIN_GAP:-4}              # cuts for responses of tens of tokens (GPU: 64 of thousands)
+VPS_MAX_CUTS=${VPS_MAX_CUTS:-4}
+VPS_CUT_QUANTILE=${VPS_CUT_QUANTILE:-0.25}
+PURE_STEP_SCALE=${PURE_STEP_SCALE:-1.0}    # both tasks (the committed comparison runs); the AIME recipes use 10
+# shellcheck source=recipes/algos.sh
+source "${ROOT}/recipes/algos.sh"
+vb_algo_overrides   # refuses an unknown ALGO (or vps/grail on toy_lint) before anything is built
+
 OUT_DIR=${OUT_DIR:-${ROOT}/outputs/cpu_train/${RUN_NAME}}
 DATA_DIR=${DATA_DIR:-${ROOT}/outputs/${TASK}_data}
 TRAIN_BATCH=${TRAIN_BATCH:-8}      # prompts per step
@@ -75,91 +87,6 @@ source "${ROOT}/recipes/cpu_overrides.sh"
 [[ -f "${MODEL_DIR}/verl_bot_tiny.json" ]] ||
     "${PY}" -m verl_bot.cpu.tiny_model "${MODEL_DIR}" --seed "${SEED}" "${WARM_START[@]}"
 [[ -f "${DATA_DIR}/train.parquet" ]] || "${PY}" "${ROOT}/recipes/data/${TASK}.py" --out "${DATA_DIR}"
-
-case "${ALGO}" in
-    bot)
-        ALGO_OVERRIDES=(
-            algorithm.adv_estimator=bot
-            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-            "+reward.reward_kwargs.bot.w_local=${W_LOCAL}"
-        )
-        ;;
-    grpo)
-        ALGO_OVERRIDES=(
-            algorithm.adv_estimator=grpo
-            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-            +reward.reward_kwargs.bot.token_level=false
-        )
-        ;;
-    pure)
-        ALGO_OVERRIDES=(
-            algorithm.adv_estimator=pure
-            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-        )
-        ;;
-    pass)
-        ALGO_OVERRIDES=(
-            algorithm.adv_estimator=pass
-            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-        )
-        ;;
-    reco)
-        ALGO_OVERRIDES=(
-            algorithm.adv_estimator=reco
-            actor_rollout_ref.actor.policy_loss.loss_mode=reco
-            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-            +reward.reward_kwargs.bot.token_level=false
-        )
-        ;;
-    grail)
-        ALGO_OVERRIDES=(
-            algorithm.adv_estimator=grail
-            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-            +reward.reward_kwargs.bot.token_level=false
-        )
-        ;;
-    gspo)
-        ALGO_OVERRIDES=(
-            algorithm.adv_estimator=grpo
-            actor_rollout_ref.actor.policy_loss.loss_mode=gspo
-            actor_rollout_ref.actor.clip_ratio_low=3e-4
-            actor_rollout_ref.actor.clip_ratio_high=4e-4
-            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-            +reward.reward_kwargs.bot.token_level=false
-        )
-        ;;
-    dapo)
-        ALGO_OVERRIDES=(
-            algorithm.adv_estimator=grpo
-            actor_rollout_ref.actor.clip_ratio_low=0.2
-            actor_rollout_ref.actor.clip_ratio_high=0.28
-            actor_rollout_ref.actor.loss_agg_mode=token-mean
-            algorithm.filter_groups.enable=True
-            algorithm.filter_groups.metric=acc
-            +reward.reward_kwargs.bot.token_level=false
-            +reward.reward_kwargs.overlong_buffer_cfg.enable=True
-            "+reward.reward_kwargs.overlong_buffer_cfg.len=$((RESPONSE_LENGTH / 4))"
-            +reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0
-            "+reward.reward_kwargs.max_resp_len=${RESPONSE_LENGTH}"
-        )
-        ;;
-    vps)
-        # cuts for responses of tens of tokens (the GPU recipes' 64-token gap is for thousands)
-        ALGO_OVERRIDES=(
-            algorithm.adv_estimator=vps
-            actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
-            +reward.reward_kwargs.bot.token_level=false
-            actor_rollout_ref.rollout.agent.default_agent_loop=vps_single_turn
-            "+algorithm.vps_min_gap=${VPS_MIN_GAP:-4}"
-            "+algorithm.vps_max_cuts=${VPS_MAX_CUTS:-4}"
-            "+algorithm.vps_cut_quantile=${VPS_CUT_QUANTILE:-0.25}"
-        )
-        ;;
-    *)
-        echo "cpu_train.sh: ALGO must be bot, grpo, gspo, dapo, pure, pass, reco, vps or grail, got '${ALGO}'" >&2
-        exit 2
-        ;;
-esac
 
 mkdir -p "${OUT_DIR}"
 RAY_TMP=$(mktemp -d /tmp/vbray.XXXXXX)  # short path: Ray's socket paths have a length limit
@@ -185,6 +112,7 @@ RUN_OVERRIDES=(
     "actor_rollout_ref.actor.optim.lr=${LR}"
     algorithm.use_kl_in_reward=False
     reward.reward_manager.name=bot
+    "+reward.reward_kwargs.bot.w_local=${W_LOCAL}"
     "trainer.logger=[console,file]"
     trainer.project_name=verl_bot_cpu
     "trainer.experiment_name=${RUN_NAME}"
@@ -196,11 +124,13 @@ RUN_OVERRIDES=(
     "trainer.rollout_data_dir=${OUT_DIR}/rollouts"
 )
 
+RUN_OVERRIDES+=("${ALGO_OVERRIDES[@]}")
+vb_user_wins RUN_OVERRIDES "$@"
+
 export VERL_FILE_LOGGER_PATH="${OUT_DIR}/metrics.jsonl"
 rm -f "${VERL_FILE_LOGGER_PATH}"
 set +e
-timeout --kill-after=30 "${TIMEOUT_S}" "${PY}" -m verl.trainer.main_ppo \
-    "${RUN_OVERRIDES[@]}" "${ALGO_OVERRIDES[@]}" "$@"
+timeout --kill-after=30 "${TIMEOUT_S}" "${PY}" -m verl.trainer.main_ppo "${RUN_OVERRIDES[@]}" "$@"
 rc=$?
 set -e
 if [[ ${rc} -eq 124 || ${rc} -eq 137 ]]; then

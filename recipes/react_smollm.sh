@@ -6,7 +6,7 @@
 #   REWARD_URL=http://rw1:8801,http://rw2:8801 ALGO=grpo bash recipes/react_smollm.sh trainer.total_training_steps=50
 #   DRY_RUN=1 ALGO=dapo bash recipes/react_smollm.sh        # print the composed verl config, exit
 #
-# ALGO=bot|grpo|gspo|dapo|pure; shared settings, checks and the overrides of each ALGO: recipes/common.sh.
+# ALGO=bot|grpo|gspo|dapo|pure|pass|reco: recipes/algos.sh; the shared settings and checks: recipes/common.sh.
 # Hardware: 1 node x 8 GPUs (80 GB); vLLM rollout. Table of recipes: recipes/README.md.
 set -xeuo pipefail
 

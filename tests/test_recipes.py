@@ -1,5 +1,6 @@
-"""The paper's recipes (recipes/{react,aime}_*.sh + recipes/common.sh): every recipe x ALGO composes into a
-config that verl accepts, with the values the paper (or our documented choice) asks for.
+"""The paper's recipes (recipes/{react,aime}_*.sh + recipes/common.sh + recipes/algos.sh): every recipe x ALGO
+composes into a config that verl accepts, with the values the paper (or our documented choice) asks for, and the
+CPU run (recipes/cpu_train.sh) sets each ALGO as they do.
 
 How: `DRY_RUN=args bash recipes/X.sh` prints the recipe's own command line (bash only, no Python), and each
 one is composed here by Hydra exactly as `python -m verl.trainer.main_ppo` composes it, in this one process
@@ -147,7 +148,7 @@ def test_shellcheck_clean():
     shellcheck = shutil.which("shellcheck")
     assert shellcheck is not None, "shellcheck is not installed: run `make setup` (apt-get install shellcheck)"
     scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").glob("*.sh"))
-    assert {f"recipes/{r}.sh" for r in RECIPES} | {"recipes/common.sh"} <= set(scripts)
+    assert {f"recipes/{r}.sh" for r in RECIPES} | {"recipes/common.sh", "recipes/algos.sh"} <= set(scripts)
     res = subprocess.run([shellcheck, "-x", *scripts], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -273,7 +274,8 @@ def test_grail_composes_for_aime_and_is_refused_for_react(name, data):
         res = run_recipe(name, base_env(data, DRY_RUN="args", ALGO="grail", **data_env(name, data)))
         assert res.returncode == 2 and res.stdout == ""
         assert last_line(res.stderr) == (
-            "recipe: ALGO=grail needs one final answer per response (AIME's <final>); react responses have none"
+            "recipe: ALGO=grail needs one final answer per response (<final>...</final>); react responses have none: "
+            "use it with the AIME recipes"
         )
         return
     cfg = compose_verl_config(recipe_args(name, data, ALGO="grail"))
@@ -346,7 +348,97 @@ def test_react_refuses_vps_in_one_line(data):
         res = run_recipe(name, base_env(data, DRY_RUN="args", ALGO="vps", **data_env(name, data)))
         assert res.returncode == 2 and not res.stdout
         assert last_line(res.stderr).startswith("recipe: ALGO=vps probes the model's belief in one correct answer")
-        assert "React prompts have no single correct answer" in last_line(res.stderr)
+        assert "react prompts have no single correct answer: use it with the AIME recipes" in last_line(res.stderr)
+
+
+def test_the_users_overrides_win(data):
+    """Every extra argument goes last and wins, also `+key=` for a key the recipe appends itself (Hydra refuses a
+    second `+key`: the recipe drops its own), and a plain `key=` after the recipe's `+key=`."""
+    user = ["+algorithm.pure_temperature=0.2", "algorithm.pure_step_scale=3", "+reward.reward_kwargs.bot.w_local=0.3"]
+    args = recipe_args("aime_qwen", data, ALGO="pure")
+    assert "+algorithm.pure_temperature=0.1" in args and "+reward.reward_kwargs.bot.w_local=1.0" in args
+    with pytest.raises(Exception, match="Could not append to config"):
+        compose_verl_config([*args, *user])  # what Hydra does with the recipe's and the user's `+key`
+    res = run_recipe("aime_qwen", base_env(data, DRY_RUN="args", ALGO="pure", **data_env("aime_qwen", data)), *user)
+    assert res.returncode == 0, res.stderr[-2000:]
+    args = res.stdout.splitlines()[2:]
+    assert "+algorithm.pure_temperature=0.1" not in args and "+reward.reward_kwargs.bot.w_local=1.0" not in args
+    assert "+algorithm.pure_step_scale=10.0" in args  # kept: the user's plain key comes after it
+    cfg = compose_verl_config(args)
+    assert cfg.algorithm.pure_temperature == 0.2
+    assert cfg.algorithm.pure_step_scale == 3
+    assert cfg.reward.reward_kwargs.bot.w_local == 0.3
+
+
+def cpu_train_args(tmp_path: Path, algo: str, task: str, *user: str) -> subprocess.CompletedProcess:
+    """recipes/cpu_train.sh's main_ppo arguments (one a line on stdout), with a PY that only prints them."""
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "verl_bot_tiny.json").write_text("{}")
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "train.parquet").write_text("")
+    py = tmp_path / "py"
+    py.write_text('#!/bin/bash\n[[ "$1 $2" == "-m verl.trainer.main_ppo" ]] && shift 2 && printf "%s\\n" "$@"\n')
+    py.chmod(0o755)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PY": str(py),
+        "MODEL_DIR": str(tmp_path / "model"),
+        "DATA_DIR": str(tmp_path / "data"),
+        "OUT_DIR": str(tmp_path / "out"),
+        "ALGO": algo,
+        "TASK": task,
+    }
+    cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), *user]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+
+# What an algorithm is (the keys below): the same in the CPU run and in the GPU recipes, both from recipes/algos.sh.
+# Only these knobs differ, set by cpu_train.sh for responses of tens of tokens or by the recipes per task.
+ALGO_KEYS = ("algorithm.", "actor_rollout_ref.actor.policy_loss.loss_mode", "actor_rollout_ref.actor.loss_agg_mode",
+             "actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.use_kl_loss",
+             "actor_rollout_ref.rollout.agent.default_agent_loop", "reward.reward_kwargs.bot.token_level",
+             "reward.reward_kwargs.overlong_buffer_cfg.")
+PER_RECIPE = {"algorithm.vps_min_gap", "algorithm.vps_max_cuts", "algorithm.vps_cut_quantile",
+              "algorithm.pure_step_scale", "reward.reward_kwargs.overlong_buffer_cfg.len"}
+
+
+def algo_part(cfg) -> dict:
+    def flat(node, prefix=""):
+        if isinstance(node, dict):
+            return {k: v for key, sub in node.items() for k, v in flat(sub, f"{prefix}{key}.").items()}
+        return {prefix[:-1]: node}
+
+    items = flat(OmegaConf.to_container(cfg, resolve=True))
+    return {k: v for k, v in items.items() if k.startswith(ALGO_KEYS) and k not in PER_RECIPE}
+
+
+@pytest.mark.parametrize("algo", [*ALGOS, "vps", "grail"])
+def test_cpu_run_is_the_recipes_algorithm(algo, data, tmp_path):
+    res = cpu_train_args(tmp_path, algo, "toy_math")
+    assert res.returncode == 0, res.stderr[-2000:]
+    cpu = compose_verl_config(res.stdout.splitlines())
+    gpu = compose_verl_config(recipe_args("aime_qwen", data, ALGO=algo))
+    assert algo_part(cpu) == algo_part(gpu)
+    assert cpu.algorithm.adv_estimator == gpu.algorithm.adv_estimator != ""
+    if algo == "vps":  # tens of tokens on the CPU
+        assert (cpu.algorithm.vps_min_gap, cpu.algorithm.vps_max_cuts, cpu.algorithm.vps_cut_quantile) == (4, 4, 0.25)
+
+
+@pytest.mark.parametrize("algo", ["vps", "grail"])
+def test_cpu_run_refuses_answer_methods_on_toy_lint(algo, tmp_path):
+    res = cpu_train_args(tmp_path, algo, "toy_lint")
+    assert res.returncode == 2 and res.stdout == ""
+    assert last_line(res.stderr).startswith(f"cpu_train.sh: ALGO={algo} ")
+    assert last_line(res.stderr).endswith("use it with TASK=toy_math")
+    assert not (tmp_path / "out").exists()  # refused before anything is made
+
+
+def test_cpu_run_lets_the_user_set_a_knob(tmp_path):
+    res = cpu_train_args(tmp_path, "vps", "toy_math", "+algorithm.vps_alpha=0.3", "+reward.reward_kwargs.bot.w_local=2")
+    assert res.returncode == 0, res.stderr[-2000:]
+    cfg = compose_verl_config(res.stdout.splitlines())
+    assert (cfg.algorithm.vps_alpha, cfg.reward.reward_kwargs.bot.w_local) == (0.3, 2)
 
 
 def test_aime_data_missing_says_how_to_make_it(data):
