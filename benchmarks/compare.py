@@ -87,6 +87,9 @@ VARIANTS = {
     "gspo": Variant("gspo", what="GSPO (sequence ratio) on G only"),
     "dapo": Variant("dapo", what="DAPO: clip-higher, dynamic sampling on the outcome, token-mean"),
     "pure": Variant("pure", what="PURE, min-form credit on the local signal per step"),
+    "pure_scale1": Variant(
+        "pure", env={"PURE_STEP_SCALE": "1.0"}, tasks=("toy_math",), what="PURE, step scale 1 (`pure`: AIME's 10)"
+    ),
     "pass": Variant("pass", what="PASS (reconstructed)"),
     "reco": Variant("reco", what="ReCo (reconstructed), 4 PPO mini-batches per step"),
     "grpo_mb4": Variant("grpo", env={"MINI_BATCHES": "4"}, what="GRPO with reco's 4 mini-batches per step"),
@@ -105,7 +108,7 @@ VARIANTS = {
     ),
     "bot_floor": Variant("bot", overrides=("+algorithm.bot_std_floor=0.05",), what="bot, group std floor 0.05"),
 }
-MAIN = ["bot", "grpo", "gspo", "dapo", "pure", "pass", "reco", "grpo_mb4", "vps", "grail"]
+MAIN = ["bot", "grpo", "gspo", "dapo", "pure", "pure_scale1", "pass", "reco", "grpo_mb4", "vps", "grail"]
 OPEN_QUESTIONS = ["bot_token_pool", "bot_ws0.1", "bot_ws0.5", "bot_ws1.0", "bot_noisy", "bot_floor"]
 
 
@@ -282,7 +285,8 @@ def plot(results: Path) -> list[Path]:
         for metric, label in (("score", "mean G"), ("acc", "solved rate")):
             for panel, names in panels.items():
                 fig, ax = plt.subplots(figsize=(8, 4.5))
-                for colour, name in zip(colours, names, strict=False):
+                for i, name in enumerate(names):
+                    colour, style = colours[i % len(colours)], "-" if i < len(colours) else "--"
                     runs = load_runs(results, task, name)
                     if not runs:
                         continue
@@ -291,7 +295,7 @@ def plot(results: Path) -> list[Path]:
                     xs = list(range(1, steps + 1))
                     per_step = list(zip(*curves, strict=True))
                     ax.plot(xs, [statistics.fmean(v) for v in per_step], label=f"{name} ({len(runs)})",
-                            color=colour, lw=2 if name == "bot" else 1.3)
+                            color=colour, ls=style, lw=2 if name == "bot" else 1.3)
                     ax.fill_between(xs, [min(v) for v in per_step], [max(v) for v in per_step], color=colour,
                                     alpha=0.1)
                 title = f"{task}: {label}, trailing {WINDOW}-step mean (mean and min-max over seeds)"

@@ -49,6 +49,7 @@ case "${TASK}" in
         RESPONSE_LENGTH=${RESPONSE_LENGTH:-24}
         LR=${LR:-2e-3}             # our choice for a 100k-parameter model (the paper's 5e-7 is for 3B)
         W_LOCAL=${W_LOCAL:-0.5}    # w_s; G is in [-1, 1], S in {-1, 0}
+        PURE_STEP_SCALE=${PURE_STEP_SCALE:-1.0}   # S is already -1 per flagged span (as React's: 1)
         HAS_ANSWER=0               # no answer to probe (vps) or to attribute (grail)
         ;;
     toy_math)
@@ -58,6 +59,7 @@ case "${TASK}" in
         RESPONSE_LENGTH=${RESPONSE_LENGTH:-48}  # 4 steps + final = 40 tokens
         LR=${LR:-5e-4}             # a warm-started model: 2e-3 undoes its arithmetic (bot and grpo alike)
         W_LOCAL=${W_LOCAL:-1.0}    # Eq. 8 with w_g = w_s = 1: the scorer already weighs S (0.5 * e_s / |S|)
+        PURE_STEP_SCALE=${PURE_STEP_SCALE:-10.0}  # S is 0.5 * e_s / |S|, as AIME's: 10 (recipes/common.sh)
         HAS_ANSWER=1
         ;;
     *) vb_die "TASK must be toy_lint or toy_math, got '${TASK}'" ;;
@@ -68,7 +70,6 @@ ANSWER_TASKS=TASK=toy_math
 VPS_MIN_GAP=${VPS_MIN_GAP:-4}              # cuts for responses of tens of tokens (GPU: 64 of thousands)
 VPS_MAX_CUTS=${VPS_MAX_CUTS:-4}
 VPS_CUT_QUANTILE=${VPS_CUT_QUANTILE:-0.25}
-PURE_STEP_SCALE=${PURE_STEP_SCALE:-1.0}    # both tasks (the committed comparison runs); the AIME recipes use 10
 # shellcheck source=recipes/algos.sh
 source "${ROOT}/recipes/algos.sh"
 vb_algo_overrides   # refuses an unknown ALGO (or vps/grail on toy_lint) before anything is built

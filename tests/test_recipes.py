@@ -394,13 +394,13 @@ def cpu_train_args(tmp_path: Path, algo: str, task: str, *user: str) -> subproce
 
 
 # What an algorithm is (the keys below): the same in the CPU run and in the GPU recipes, both from recipes/algos.sh.
-# Only these knobs differ, set by cpu_train.sh for responses of tens of tokens or by the recipes per task.
+# Only these knobs differ: cpu_train.sh sets them for responses of tens of tokens.
 ALGO_KEYS = ("algorithm.", "actor_rollout_ref.actor.policy_loss.loss_mode", "actor_rollout_ref.actor.loss_agg_mode",
              "actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.use_kl_loss",
              "actor_rollout_ref.rollout.agent.default_agent_loop", "reward.reward_kwargs.bot.token_level",
              "reward.reward_kwargs.overlong_buffer_cfg.")
 PER_RECIPE = {"algorithm.vps_min_gap", "algorithm.vps_max_cuts", "algorithm.vps_cut_quantile",
-              "algorithm.pure_step_scale", "reward.reward_kwargs.overlong_buffer_cfg.len"}
+              "reward.reward_kwargs.overlong_buffer_cfg.len"}
 
 
 def algo_part(cfg) -> dict:
