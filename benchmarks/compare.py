@@ -325,6 +325,19 @@ def report(results: Path, readme: Path | None = ROOT / "README.md") -> str:
     return table
 
 
+def plan(tasks: list[str], variants: list[str], seeds: list[int] | None) -> list[tuple[str, str, int]]:
+    """The (task, variant, seed) runs of `run`, seed by seed (a partial grid has whole seeds): `seeds` or each
+    task's own, and only the tasks a variant runs on."""
+    per_task = {task: seeds or TASKS[task].seeds for task in tasks}
+    return [
+        (task, name, seed)
+        for seed in sorted({seed for task_seeds in per_task.values() for seed in task_seeds})
+        for task in tasks
+        for name in variants
+        if seed in per_task[task] and task in VARIANTS[name].tasks
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -339,14 +352,9 @@ def main() -> None:
     args = parser.parse_args()
     results = Path(args.results)
     if args.command == "run":
-        seeds = {task: args.seeds or TASKS[task].seeds for task in args.tasks}
-        for seed in sorted({seed for task_seeds in seeds.values() for seed in task_seeds}):
-            for task in args.tasks:
-                for name in args.variants:
-                    if seed not in seeds[task] or task not in VARIANTS[name].tasks:
-                        continue
-                    print(f"{task} {name} seed {seed} ({args.steps} steps) ...", flush=True)
-                    run_one(task, name, seed, args.steps, results, Path(args.work))
+        for task, name, seed in plan(args.tasks, args.variants, args.seeds):
+            print(f"{task} {name} seed {seed} ({args.steps} steps) ...", flush=True)
+            run_one(task, name, seed, args.steps, results, Path(args.work))
     report(results, readme=ROOT / "README.md" if results.resolve() == RESULTS.resolve() else None)
 
 

@@ -86,3 +86,12 @@ def test_readme_numbers_are_the_committed_csvs():
     assert block == "\n" + compare.summary_table(rows)
     with open(compare.RESULTS / "summary.csv", newline="") as fh:
         assert list(csv.DictReader(fh)) == rows
+
+
+def test_run_plans_each_tasks_seeds_and_only_the_tasks_a_variant_runs_on():
+    runs = compare.plan(["toy_lint", "toy_math"], ["bot", "vps"], None)
+    assert runs[:3] == [("toy_lint", "bot", 0), ("toy_math", "bot", 0), ("toy_math", "vps", 0)]  # seed by seed
+    assert [r for r in runs if r[0] == "toy_lint"] == [("toy_lint", "bot", s) for s in (0, 1, 2)]  # no vps there
+    assert {s for t, _, s in runs if t == "toy_math"} == {0, 1, 2, 3, 4}
+    assert len(runs) == 3 + 2 * 5
+    assert compare.plan(["toy_lint", "toy_math"], ["bot"], [7]) == [("toy_lint", "bot", 7), ("toy_math", "bot", 7)]
