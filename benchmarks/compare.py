@@ -23,7 +23,9 @@ with the summary table, so the README's numbers are the committed CSVs' (a test 
 
 Summary columns: steps to threshold (the first step at which the trailing `WINDOW`-step mean of the task's
 metric reaches its threshold; a run that never does counts as steps + 1 and is marked '>'), the final value
-(mean over the last `FINAL` steps) of G and of the solved rate, and the mean step time.
+(mean over the last `FINAL` steps) of G and of the solved rate, the final solved rate paired with `bot`'s on
+the same seeds (the seeds differ more than most variants on toy_math: a paired difference removes that),
+and the mean step time.
 """
 
 from __future__ import annotations
@@ -175,11 +177,32 @@ def run_one(task: str, name: str, seed: int, steps: int, results: Path, work: Pa
 
 
 # ------------------------------------------------------------------------------------------ summary
+def load_seeds(results: Path, task: str, variant: str) -> dict[int, list[dict[str, float | None]]]:
+    """{seed: run} of (task, variant) in seed order, each run cut to the shortest run's steps ({} if none)."""
+    runs = {int(f.stem[1:]): read_csv(f) for f in (results / "runs" / task / variant).glob("s*.csv")}
+    steps = min((len(r) for r in runs.values()), default=0)
+    return {seed: runs[seed][:steps] for seed in sorted(runs)}
+
+
 def load_runs(results: Path, task: str, variant: str) -> list[list[dict[str, float | None]]]:
     """The seeds' runs of (task, variant), in seed order, each cut to the shortest run's steps ([] if none)."""
-    runs = [read_csv(f) for f in sorted((results / "runs" / task / variant).glob("s*.csv"))]
-    steps = min((len(r) for r in runs), default=0)
-    return [r[:steps] for r in runs]
+    return list(load_seeds(results, task, variant).values())
+
+
+def paired_with_bot(results: Path, task: str, variant: str, column: str = "acc") -> str:
+    """The variant's final `column` minus `bot`'s on the same seeds (same init and data order): the mean
+    difference and on how many of those seeds the variant ends higher; '' for `bot` or without shared seeds."""
+    ours, bot = load_seeds(results, task, variant), load_seeds(results, task, "bot")
+    seeds = sorted(set(ours) & set(bot))
+    if variant == "bot" or not seeds:
+        return ""
+    steps = min(len(ours[seeds[0]]), len(bot[seeds[0]]))
+
+    def final(run: list[dict[str, float | None]]) -> float:
+        return statistics.fmean(row[column] for row in run[steps - FINAL : steps])
+
+    diffs = [final(ours[seed]) - final(bot[seed]) for seed in seeds]
+    return f"{statistics.fmean(diffs):+.2f} ({sum(d > 0 for d in diffs)}/{len(seeds)} higher)"
 
 
 def steps_to_threshold(values: list[float], threshold: float, window: int = WINDOW) -> int | None:
@@ -226,6 +249,7 @@ def summarize(results: Path) -> list[dict[str, str]]:
                     "final_score": final("score"),
                     "final_acc": final("acc"),
                     "step_time_s": spread([statistics.fmean(row["step_time_s"] for row in r[:steps]) for r in runs]),
+                    "solved_vs_bot": paired_with_bot(results, task, name),
                 }
             )
     return rows
@@ -241,17 +265,20 @@ def write_summary(results: Path, rows: list[dict[str, str]]) -> None:
 def summary_table(rows: list[dict[str, str]]) -> str:
     """The summary as a Markdown table (the README's results block)."""
     lines = [
-        "| task | variant | seeds | steps to threshold | final G | final solved | step time (s) |",
-        "|---|---|---|---|---|---|---|",
+        "| task | variant | seeds | steps to threshold | final G | final solved | solved - bot's | step time (s) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row['task']} | {row['variant']} | {row['seeds']} | {row['steps_to_threshold']} "
-            f"({row['threshold']}) | {row['final_score']} | {row['final_acc']} | {row['step_time_s']} |"
+            f"({row['threshold']}) | {row['final_score']} | {row['final_acc']} | {row['solved_vs_bot']} "
+            f"| {row['step_time_s']} |"
         )
     note = (
         f"Mean ± std over seeds. Steps to threshold: the first step whose trailing {WINDOW}-step mean reaches "
-        f"the threshold (never: steps + 1, 'censored'). Final: mean of the last {FINAL} steps."
+        f"the threshold (never: steps + 1, 'censored'). Final: mean of the last {FINAL} steps. Solved - bot's: "
+        "the final solved rate minus `bot`'s on the same seed (same initialisation and data order), averaged "
+        "over the seeds both have, and on how many of them the variant ends higher."
     )
     shown = [name for name in VARIANTS if any(row["variant"] == name for row in rows)]
     legend = "\n".join(f"- `{name}`: {VARIANTS[name].what}" for name in shown)

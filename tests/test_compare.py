@@ -55,9 +55,25 @@ def test_summary_matches_hand_computed_values(tmp_path, monkeypatch):
     assert bot["final_acc"] == "1.00 ± 0.00"
     assert grpo["steps_to_threshold"] == "5.50 ± 0.50 (1 censored)"  # 6 (never) and 5
     assert grpo["final_score"] == "0.51 ± 0.41"  # 0.1 and 0.925
+    assert bot["solved_vs_bot"] == "" and grpo["solved_vs_bot"] == "-1.00 (0/2 higher)"  # 0 - 1 on both seeds
     table = compare.summary_table(list(rows.values()))
-    assert "| toy_lint | grpo | 2 | 5.50 ± 0.50 (1 censored) (score >= 0.9) | 0.51 ± 0.41 | 0.00 ± 0.00 |" in table
+    assert (
+        "| toy_lint | grpo | 2 | 5.50 ± 0.50 (1 censored) (score >= 0.9) | 0.51 ± 0.41 | 0.00 ± 0.00 "
+        "| -1.00 (0/2 higher) | 2.00 ± 0.00 |"
+    ) in table
     assert f"- `bot`: {compare.VARIANTS['bot'].what}" in table and "`pass`" not in table
+
+
+def test_paired_difference_uses_the_seeds_both_have(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "FINAL", 1)
+    write_run(tmp_path, "toy_math", "bot", 0, [1.0] * 3, [0.2, 0.4, 0.5])
+    write_run(tmp_path, "toy_math", "bot", 10, [1.0] * 3, [0.2, 0.4, 0.25])  # seed 10 after seed 2, not before
+    write_run(tmp_path, "toy_math", "pass", 0, [1.0] * 3, [0.2, 0.4, 0.75])  # +0.25
+    write_run(tmp_path, "toy_math", "pass", 2, [1.0] * 3, [0.0, 0.0, 0.0])  # no bot run with seed 2: left out
+    write_run(tmp_path, "toy_math", "pass", 10, [1.0] * 3, [0.2, 0.4, 0.0])  # -0.25
+    assert list(compare.load_seeds(tmp_path, "toy_math", "pass")) == [0, 2, 10]
+    assert compare.paired_with_bot(tmp_path, "toy_math", "pass") == "+0.00 (1/2 higher)"
+    assert compare.paired_with_bot(tmp_path, "toy_math", "grpo") == ""  # no runs
 
 
 def test_report_writes_summary_figures_and_only_the_readme_block(tmp_path):
