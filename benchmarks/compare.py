@@ -202,7 +202,8 @@ def paired_with_bot(results: Path, task: str, variant: str, column: str = "acc")
         return statistics.fmean(row[column] for row in run[steps - FINAL : steps])
 
     diffs = [final(ours[seed]) - final(bot[seed]) for seed in seeds]
-    return f"{statistics.fmean(diffs):+.2f} ({sum(d > 0 for d in diffs)}/{len(seeds)} higher)"
+    mean = round(statistics.fmean(diffs), 2) + 0.0  # + 0.0: "+0.00", not "-0.00"
+    return f"{mean:+.2f} ({sum(d > 0 for d in diffs)}/{len(seeds)} higher)"
 
 
 def steps_to_threshold(values: list[float], threshold: float, window: int = WINDOW) -> int | None:
