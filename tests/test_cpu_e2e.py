@@ -181,8 +181,10 @@ def workdir(tmp_path_factory, tiny_model_dir) -> Path:
     df = pd.DataFrame(rows)
     df.to_parquet(root / "train.parquet")
     df.iloc[:8].to_parquet(root / "val.parquet")
-    # every other prompt scored by a scorer that fails on a third of the responses (vb_probe.flaky_toy_lint)
-    df.assign(data_source=["toy_lint", "toy_flaky"] * 16).to_parquet(root / "train_flaky.parquet")
+    # seven prompts in eight scored by a scorer that fails on a third of the responses (vb_probe.flaky_toy_lint),
+    # the rest by toy_lint's: no failure in a whole run has odds 3e-5 (with every other prompt: 1% of the runs)
+    sources = (["toy_lint"] + ["toy_flaky"] * 7) * 4
+    df.assign(data_source=sources).to_parquet(root / "train_flaky.parquet")
     (root / "probe").mkdir()
     (root / "probe" / "vb_probe.py").write_text(PROBE)
     return root
