@@ -189,19 +189,20 @@ def load_runs(results: Path, task: str, variant: str) -> list[list[dict[str, flo
     return list(load_seeds(results, task, variant).values())
 
 
-def paired_with_bot(results: Path, task: str, variant: str, column: str = "acc") -> str:
-    """The variant's final `column` minus `bot`'s on the same seeds (same init and data order): the mean
-    difference and on how many of those seeds the variant ends higher; '' for `bot` or without shared seeds."""
-    ours, bot = load_seeds(results, task, variant), load_seeds(results, task, "bot")
+def final_value(run: list[dict[str, float | None]], column: str, steps: int) -> float:
+    """Mean of `column` over the last `FINAL` of the run's first `steps` steps."""
+    return statistics.fmean(row[column] for row in run[steps - FINAL : steps])
+
+
+def paired_with_bot(ours: dict[int, list[dict]], bot: dict[int, list[dict]], column: str = "acc") -> str:
+    """{seed: run} of a variant against `bot`'s (`load_seeds`): its final `column` minus `bot`'s on the same seeds
+    (same init and data order), the mean difference and on how many of those seeds it ends higher; '' without
+    shared seeds."""
     seeds = sorted(set(ours) & set(bot))
-    if variant == "bot" or not seeds:
+    if not seeds:
         return ""
     steps = min(len(ours[seeds[0]]), len(bot[seeds[0]]))
-
-    def final(run: list[dict[str, float | None]]) -> float:
-        return statistics.fmean(row[column] for row in run[steps - FINAL : steps])
-
-    diffs = [final(ours[seed]) - final(bot[seed]) for seed in seeds]
+    diffs = [final_value(ours[seed], column, steps) - final_value(bot[seed], column, steps) for seed in seeds]
     mean = round(statistics.fmean(diffs), 2) + 0.0  # + 0.0: "+0.00", not "-0.00"
     return f"{mean:+.2f} ({sum(d > 0 for d in diffs)}/{len(seeds)} higher)"
 
@@ -225,15 +226,17 @@ def summarize(results: Path) -> list[dict[str, str]]:
     """One row per (task, variant) with runs under `results/runs`, in TASKS then VARIANTS order."""
     rows = []
     for task, spec in TASKS.items():
+        bot = load_seeds(results, task, "bot")
         for name in VARIANTS:
-            runs = load_runs(results, task, name)
-            if not runs:
+            seeds = load_seeds(results, task, name)
+            if not seeds:
                 continue
+            runs = list(seeds.values())  # each cut to `steps` by load_seeds
             steps = len(runs[0])
-            reached = [steps_to_threshold([row[spec.metric] for row in r[:steps]], spec.threshold) for r in runs]
+            reached = [steps_to_threshold([row[spec.metric] for row in r], spec.threshold) for r in runs]
 
             def final(column: str, runs=runs, steps=steps) -> str:
-                return spread([statistics.fmean(row[column] for row in r[steps - FINAL : steps]) for r in runs])
+                return spread([final_value(r, column, steps) for r in runs])
 
             censored = [s if s is not None else steps + 1 for s in reached]
             shown = spread([float(s) for s in censored])
@@ -249,8 +252,8 @@ def summarize(results: Path) -> list[dict[str, str]]:
                     "steps_to_threshold": shown,
                     "final_score": final("score"),
                     "final_acc": final("acc"),
-                    "step_time_s": spread([statistics.fmean(row["step_time_s"] for row in r[:steps]) for r in runs]),
-                    "solved_vs_bot": paired_with_bot(results, task, name),
+                    "step_time_s": spread([statistics.fmean(row["step_time_s"] for row in r) for r in runs]),
+                    "solved_vs_bot": "" if name == "bot" else paired_with_bot(seeds, bot),
                 }
             )
     return rows

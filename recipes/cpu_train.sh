@@ -64,7 +64,7 @@ case "${TASK}" in
         ;;
     *) vb_die "TASK must be toy_lint or toy_math, got '${TASK}'" ;;
 esac
-# The ALGO overrides are the GPU recipes' (recipes/algos.sh); knobs whose GPU defaults assume thousands of tokens:
+# recipes/algos.sh's knobs whose GPU defaults assume thousands of tokens, then its ALGO overrides
 MAX_RESPONSE_LENGTH=${RESPONSE_LENGTH}
 ANSWER_TASKS=TASK=toy_math
 VPS_MIN_GAP=${VPS_MIN_GAP:-4}              # cuts for responses of tens of tokens (GPU: 64 of thousands)

@@ -72,8 +72,9 @@ def test_paired_difference_uses_the_seeds_both_have(tmp_path, monkeypatch):
     write_run(tmp_path, "toy_math", "pass", 2, [1.0] * 3, [0.0, 0.0, 0.0])  # no bot run with seed 2: left out
     write_run(tmp_path, "toy_math", "pass", 10, [1.0] * 3, [0.2, 0.4, 0.0])  # -0.25
     assert list(compare.load_seeds(tmp_path, "toy_math", "pass")) == [0, 2, 10]
-    assert compare.paired_with_bot(tmp_path, "toy_math", "pass") == "+0.00 (1/2 higher)"
-    assert compare.paired_with_bot(tmp_path, "toy_math", "grpo") == ""  # no runs
+    bot = compare.load_seeds(tmp_path, "toy_math", "bot")
+    assert compare.paired_with_bot(compare.load_seeds(tmp_path, "toy_math", "pass"), bot) == "+0.00 (1/2 higher)"
+    assert compare.paired_with_bot(compare.load_seeds(tmp_path, "toy_math", "grpo"), bot) == ""  # no runs
 
 
 def test_report_writes_summary_figures_and_only_the_readme_block(tmp_path):
