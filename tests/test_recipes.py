@@ -425,12 +425,19 @@ def test_cpu_run_is_the_recipes_algorithm(algo, data, tmp_path):
         assert (cpu.algorithm.vps_min_gap, cpu.algorithm.vps_max_cuts, cpu.algorithm.vps_cut_quantile) == (4, 4, 0.25)
 
 
-@pytest.mark.parametrize("algo", ["vps", "grail"])
-def test_cpu_run_refuses_answer_methods_on_toy_lint(algo, tmp_path):
+@pytest.mark.parametrize(
+    "algo, expected",
+    [
+        ("vps", "cpu_train.sh: ALGO=vps probes the model's belief in one correct answer (reward_model.ground_truth); "
+         "toy_lint prompts have no single correct answer: use it with TASK=toy_math"),
+        ("grail", "cpu_train.sh: ALGO=grail needs one final answer per response (<final>...</final>); toy_lint "
+         "responses have none: use it with TASK=toy_math"),
+    ],
+)
+def test_cpu_run_refuses_answer_methods_on_toy_lint(algo, expected, tmp_path):
     res = cpu_train_args(tmp_path, algo, "toy_lint")
     assert res.returncode == 2 and res.stdout == ""
-    assert last_line(res.stderr).startswith(f"cpu_train.sh: ALGO={algo} ")
-    assert last_line(res.stderr).endswith("use it with TASK=toy_math")
+    assert last_line(res.stderr) == expected
     assert not (tmp_path / "out").exists()  # refused before anything is made
 
 
