@@ -22,8 +22,11 @@ Knobs (the paper's choice is the default; `compute_bot_advantage` reads them fro
   S = -0.01 among 8 x 4096 tokens gets A ~ -178; a floor bounds |A| by max|r - mu| / floor.
 - `bot_epsilon` (default 1e-6): added to the (floored) std.
 
-Numerics: one (B, T) work buffer and one float copy of the mask. Pass 1 writes each valid reward minus
-its row's first valid reward (s_k) and reads back each row's sum and sum of squares; the group's mean
+Numerics: one (B, T) work buffer, which becomes the output, and for a mask that is not float (verl's
+trainer passes int64) a one-byte copy of it. Both passes run over chunks of rows small enough to stay in
+the CPU's cache between their few operations, so each reads the rewards or the buffer from memory once.
+Pass 1 writes each valid reward minus its row's first valid reward (s_k) and reads back each row's sum
+and sum of squares; the group's mean
 and variance follow in O(B) float64 work as within-rollout plus between-rollout parts (the variance is
 recomputed directly for the rare row where the shift cancels more than 6 bits); pass 2 turns the
 buffer into the advantages in place. A group whose valid rewards are all equal therefore gets exactly
@@ -54,6 +57,7 @@ DEFAULT_TIE_TOLERANCE = 0.01
 # V = E[(r - s)^2] - (m - s)^2 loses about log2(E[(r - s)^2] / V) bits to cancellation; a row losing more
 # than 6 has its variance recomputed directly around its mean (rare: s is one of the row's own rewards).
 _CANCELLATION_LIMIT = 64.0
+_CHUNK_TOKENS = 1 << 18  # tokens per row chunk of a pass (1 MiB of float32 per tensor: it stays in L2/L3)
 
 
 class BotStats(NamedTuple):
@@ -146,52 +150,100 @@ def bot_advantage_and_stats(
 
     group = as_torch_index(index, device=rewards.device)
     num_groups = int(group.max()) + 1
-    mask = response_mask.to(work_dtype)  # (B, T) 0/1; no copy when it is already of the work dtype
-    shift = _first_valid_reward(rewards, mask)  # (B,) s_k
-    buffer, row_sum, sq_sum = _shifted_row_sums(rewards, mask, shift, index)
-    if buffer is None:  # |rewards| near the dtype's limit overflowed: redo it in float64 (rare, exact)
-        mask = response_mask.to(torch.float64)
-        buffer, row_sum, sq_sum = _shifted_row_sums(rewards, mask, shift, index)
-    groups = _group_statistics(rewards, mask, shift, group, num_groups, row_sum, sq_sum, length_weighting)
+    shift = _first_valid_reward(rewards, response_mask)  # (B,) s_k
+    chunks = _MaskChunks(response_mask, work_dtype)
+    buffer = torch.empty(rewards.shape, dtype=work_dtype, device=rewards.device)
+    sums = _shifted_row_sums(rewards, response_mask, chunks, shift, buffer, index)
+    if sums is None:  # |rewards| near the dtype's limit overflowed: redo it in float64 (rare, exact)
+        chunks = _MaskChunks(response_mask, torch.float64)
+        buffer = torch.empty(rewards.shape, dtype=torch.float64, device=rewards.device)
+        sums = _shifted_row_sums(rewards, response_mask, chunks, shift, buffer, index)
+    groups = _group_statistics(rewards, response_mask, shift, group, num_groups, sums, length_weighting)
     var = groups.stats.within + groups.stats.between
     if norm_by_std:
         scale = torch.where(var > 0, 1.0 / (var.clamp(min=0.0).sqrt().clamp(min=std_floor) + epsilon), 0.0)
     else:
         scale = torch.where(var > 0, 1.0, 0.0)
-    # buffer holds r - s_k on valid tokens: subtract mu - s_k there, then scale; padding stays 0
-    buffer.addcmul_(mask, groups.mean_minus_shift.to(buffer.dtype)[:, None], value=-1)
-    advantages = buffer.mul_(scale[group].to(buffer.dtype)[:, None])
-    return advantages.to(work_dtype), groups.stats
+    # pass 2: buffer holds r - s_k on valid tokens; subtract mu - s_k there, then scale; padding stays 0
+    offset = groups.mean_minus_shift.to(buffer.dtype)[:, None]
+    row_scale = scale[group].to(buffer.dtype)[:, None]
+    for lo, hi, mask in chunks:
+        buffer[lo:hi].addcmul_(mask, offset[lo:hi], value=-1).mul_(row_scale[lo:hi])
+    return buffer.to(work_dtype), groups.stats
 
 
-def _first_valid_reward(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _first_valid_reward(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """(B,) each row's reward at its first valid token (the reward at token 0 for rows without any).
 
-    rewards: (B, T); mask: (B, T) 0/1 of a float dtype.
+    rewards: (B, T); response_mask: (B, T), nonzero on valid tokens.
     """
-    if bool((mask[:, 0] != 0).all()):  # right-padded rows: token 0 is valid
+    if bool((response_mask[:, 0] != 0).all()):  # right-padded rows: token 0 is valid
         return rewards[:, 0]
-    first_valid = mask.argmax(dim=1)  # the first 1 of each row
+    first_valid = (response_mask != 0).to(torch.uint8).argmax(dim=1)  # the first valid token of each row
     return rewards.gather(1, first_valid[:, None]).squeeze(1)
 
 
-def _shifted_row_sums(rewards, mask, shift, index):
-    """Pass 1: the (B, T) buffer of r_t - s_k on valid tokens (0 on padding) and its (B,) float64 row sums
-    and sums of squares; (None, None, None) if they overflow the buffer's dtype.
+class _MaskChunks:
+    """The response mask as 0/1 of a float dtype, one chunk of rows at a time: `for lo, hi, mask in chunks`.
 
-    rewards: (B, T); mask: (B, T) 0/1 of the buffer's dtype; shift: (B,) s_k, each row's first valid reward.
-    Raises ValueError naming the uids when a valid token's reward is NaN/inf.
+    A chunk holds about `_CHUNK_TOKENS` tokens, so that its rewards, mask and work buffer stay in the CPU's
+    cache between the few operations of a pass over it. A float mask is read in place (copied once if of
+    another float dtype); any other (verl's trainer passes int64, some callers bool) is made one byte per
+    token once (nonzero -> 1) and each chunk widened into one reused (rows, T) buffer: the float copy of an
+    int64 mask would cost a write and two reads of a (B, T) tensor. The yielded `mask` is valid until the
+    next chunk.
     """
-    buffer = torch.sub(rewards, shift.to(mask.dtype)[:, None]).mul_(mask)
-    row_sum = buffer.sum(dim=1).double()
-    if not torch.isfinite(row_sum).all():
-        _raise_if_not_finite(rewards, mask, index)
-        buffer = torch.where(mask != 0, buffer, 0.0)  # NaN/inf only on padding (or overflow): drop it
-        row_sum = buffer.sum(dim=1).double()
-    sq_sum = torch.linalg.vector_norm(buffer, dim=1).double().square()  # no (B, T) temporary
-    if not (torch.isfinite(row_sum).all() and torch.isfinite(sq_sum).all()):
-        return None, None, None
-    return buffer, row_sum, sq_sum
+
+    def __init__(self, response_mask: torch.Tensor, dtype: torch.dtype):
+        batch, width = response_mask.shape
+        rows = max(1, _CHUNK_TOKENS // max(width, 1))
+        self.bounds = [(lo, min(lo + rows, batch)) for lo in range(0, batch, rows)]
+        if response_mask.dtype.is_floating_point:
+            self.floats, self.bytes, self.scratch = response_mask.to(dtype), None, None
+        else:
+            self.floats = None
+            self.bytes = response_mask.to(torch.bool).view(torch.uint8)  # (B, T) 0/1, no copy for a bool mask
+            self.scratch = torch.empty(min(rows, batch), width, dtype=dtype, device=response_mask.device)
+
+    def __iter__(self):
+        for lo, hi in self.bounds:
+            if self.floats is not None:
+                yield lo, hi, self.floats[lo:hi]
+            else:
+                yield lo, hi, self.scratch[: hi - lo].copy_(self.bytes[lo:hi])
+
+
+class _RowSums(NamedTuple):
+    """(B,) float64 sums over each row's valid tokens: `shifted` of r - s_k, `squares` of (r - s_k)^2, `lengths` L_k."""
+
+    shifted: torch.Tensor
+    squares: torch.Tensor
+    lengths: torch.Tensor
+
+
+def _shifted_row_sums(rewards, response_mask, chunks, shift, buffer, index) -> _RowSums | None:
+    """Pass 1: fill `buffer` (B, T) with r_t - s_k on valid tokens (0 on padding), chunk by chunk, and return
+    its row sums; None if they overflow the buffer's dtype.
+
+    rewards, response_mask: (B, T); chunks: `_MaskChunks` of the buffer's dtype; shift: (B,) s_k, each row's
+    first valid reward. Raises ValueError naming the uids when a valid token's reward is NaN/inf.
+    """
+    sums = buffer.new_empty(3, buffer.shape[0])  # row sums, row norms, lengths
+    shift = shift.to(buffer.dtype)[:, None]
+    for lo, hi, mask in chunks:
+        part = torch.sub(rewards[lo:hi], shift[lo:hi], out=buffer[lo:hi]).mul_(mask)
+        torch.sum(part, dim=1, out=sums[0, lo:hi])
+        torch.linalg.vector_norm(part, dim=1, out=sums[1, lo:hi])  # no (rows, T) temporary
+        torch.sum(mask, dim=1, out=sums[2, lo:hi])
+    if not bool(torch.isfinite(sums[:2]).all()):
+        _raise_if_not_finite(rewards, response_mask, index)
+        buffer.masked_fill_(response_mask == 0, 0.0)  # NaN/inf only on padding (or overflow): drop it
+        torch.sum(buffer, dim=1, out=sums[0])
+        torch.linalg.vector_norm(buffer, dim=1, out=sums[1])
+        if not bool(torch.isfinite(sums[:2]).all()):
+            return None
+    shifted, norms, lengths = sums.double()
+    return _RowSums(shifted, norms.square(), lengths)
 
 
 class _Groups(NamedTuple):
@@ -201,16 +253,17 @@ class _Groups(NamedTuple):
     mean_minus_shift: torch.Tensor
 
 
-def _group_statistics(rewards, mask, shift, group, num_groups: int, row_sum, sq_sum, length_weighting: bool) -> _Groups:
+def _group_statistics(
+    rewards, response_mask, shift, group, num_groups: int, sums: _RowSums, length_weighting: bool
+) -> _Groups:
     """Group mean and variance from each row's shifted sums, O(B) float64 work.
 
     var_g = sum_k W_k * (V_k + (m_k - mu_g)^2): V_k the variance of row k's rewards around their mean m_k,
     W_k the rollout's weight (1/K, or L_k/N without length weighting). Means are taken relative to one
     shift of the group (s_g, a row's first reward), so a group whose rewards are all equal gets exactly 0.
-    rewards, mask: (B, T); shift: (B,) s_k; group: (B,) ids; row_sum, sq_sum: (B,) float64 sums of r - s_k
-    and (r - s_k)^2 over each row's valid tokens.
+    rewards, response_mask: (B, T); shift: (B,) s_k; group: (B,) ids; sums: `_RowSums` of pass 1.
     """
-    lengths = mask.sum(dim=1).double()  # (B,) L_k
+    row_sum, sq_sum, lengths = sums  # (B,) sums of r - s_k and (r - s_k)^2 over each row's valid tokens; L_k
     has_tokens = lengths > 0
     inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1.0), 0.0)  # (B,) 1/L_k, 0 for empty rows
     rollouts = group_sum(has_tokens.double(), group, num_groups)  # (G,) K
@@ -230,7 +283,7 @@ def _group_statistics(rewards, mask, shift, group, num_groups: int, row_sum, sq_
     if bool(lossy.any()):
         rows = lossy.nonzero().flatten()
         centered = rewards[rows].double() - (row_shift + row_mean)[rows, None]
-        centered = torch.where(mask[rows] != 0, centered, 0.0)
+        centered = torch.where(response_mask[rows] != 0, centered, 0.0)
         row_var = row_var.index_put((rows,), centered.square().sum(dim=1) * inv_len[rows])
 
     offset = row_shift - group_shift + row_mean  # (B,) m_k - s_g
