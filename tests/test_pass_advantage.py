@@ -14,9 +14,11 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 from tests.conftest import compose_verl_config
 from tests.test_run_safety import dense_group_batch, run_verl
 from verl_bot.advantage.pass_ import (
+    DEFAULT_STD_FLOOR,
     PassSettings,
     compute_pass_advantage,
     pass_advantage,
+    pass_metrics,
     pass_settings,
     value_chunks,
     value_density,
@@ -162,10 +164,11 @@ def reference_pass(process, mask, outcome, fmt, index, s: PassSettings):
         valid = {i: [t for t in range(len(mask[i])) if mask[i][t]] for i in with_tokens}
         mu = sum(sum(densities[i][t] for t in valid[i]) / lengths[i] for i in with_tokens) / max(k, 1)
         var = sum(sum((densities[i][t] - mu) ** 2 for t in valid[i]) / lengths[i] for i in with_tokens) / max(k, 1)
+        std = max(math.sqrt(var), s.std_floor) if var > 0 else math.inf  # a group without variance: 0
         for i in with_tokens:
             for t in range(len(mask[i])):
                 if mask[i][t]:
-                    p = (densities[i][t] - mu) / (math.sqrt(var) + s.epsilon) if norm else densities[i][t] - mu
+                    p = (densities[i][t] - mu) / (std + s.epsilon) if norm else (densities[i][t] - mu) * (var > 0)
                     adv[i][t] = z_out[i] + s.format_coef * z_fmt[i] + s.process_coef * p
     return adv
 
@@ -194,6 +197,7 @@ def test_matches_loop_reference(data):
         min_chunk=data.draw(st.integers(1, 4)),
         density=data.draw(st.sampled_from(["suffix", "sequence", "chunk"])),
         op=data.draw(st.sampled_from(["grpo", "drgrpo"])),
+        std_floor=data.draw(st.sampled_from([0.0, 0.01, 0.3])),
     )
     expected = reference_pass(process, mask, outcome, fmt, index, knobs)
     out = pass_advantage(
@@ -345,3 +349,79 @@ def test_adapter_reads_the_streams_and_knobs_and_reports_metrics():
     outcome_part = (expected.outcome.abs() * lengths).sum()
     whole = outcome_part + (expected.format.abs() * lengths).sum() + expected.process.abs().sum()
     assert shares[0] == pytest.approx(float(outcome_part / whole), rel=1e-5)
+
+
+# ------------------------------------------------------------------------------ ties, the floor, multi-turn
+@pytest.mark.parametrize("k", [8, 16])
+def test_tied_outcome_and_format_streams_are_exactly_zero(k):
+    # k equal format scores of +0.2 and equal outcomes: verl's float32 group_mean_std leaves a mean 1.5e-8 off
+    # and a std of 1e-8, i.e. -0.0147 on every token; ties must give exactly 0
+    out = pass_advantage(torch.zeros(k, 5), torch.ones(k), torch.full((k,), 0.2), torch.ones(k, 5), ["g"] * k)
+    assert torch.equal(out.outcome, torch.zeros(k)) and torch.equal(out.format, torch.zeros(k))
+    assert torch.equal(out.advantages, torch.zeros(k, 5))
+    assert out.tied.tolist() == [True]
+    # one different format score: its group is not tied, and the z-scores are verl's GRPO's
+    fmt = torch.full((k,), 0.2)
+    fmt[0] = -1.0
+    out = pass_advantage(torch.zeros(k, 5), torch.ones(k), fmt, torch.ones(k, 5), ["g"] * k)
+    mean, std = (0.2 * (k - 1) - 1.0) / k, statistics.stdev(fmt.tolist())
+    torch.testing.assert_close(out.format, ((fmt.double() - mean) / (std + 1e-6)).float())
+    assert out.tied.tolist() == [False]
+
+
+def test_process_floor_bounds_a_tied_group_of_long_rollouts():
+    # the case: 8 rollouts x 4096 tokens, equal outcomes, one 10-token ESLint warning S = -0.02 in one
+    process = torch.zeros(8, 4096)
+    process[0, 2000:2010] = -0.02
+    mask, index = torch.ones(8, 4096), ["g"] * 8
+    raw = pass_advantage(process, torch.ones(8), torch.zeros(8), mask, index, PassSettings(std_floor=0.0))
+    assert raw.process[0, 0] == pytest.approx(-3.58, abs=0.01) and raw.process[0, 2000] == pytest.approx(-7.22, abs=0.01)
+    # floored: (D - mu) / (floor + eps), D the suffix density; it scales with the penalty
+    floor = 0.01
+    out = pass_advantage(process, torch.ones(8), torch.zeros(8), mask, index, PassSettings(std_floor=floor))
+    density = torch.zeros(8, 4096, dtype=torch.float64)
+    density[0, :2000] = -0.2 / 4096  # the first chunk's suffix: the whole row
+    density[0, 2000:2010] = -0.2 / 2096  # the warning's chunk to the end
+    mu = float(density.sum()) / (8 * 4096)
+    expected = torch.where(mask.bool(), (density - mu) / (floor + 1e-6), 0.0)
+    torch.testing.assert_close(out.process, expected.float(), rtol=1e-4, atol=1e-8)
+    smaller = process / 200
+    tiny = pass_advantage(smaller, torch.ones(8), torch.zeros(8), mask, index, PassSettings(std_floor=floor))
+    torch.testing.assert_close(tiny.process * 200, out.process, rtol=1e-3, atol=1e-7)
+    metrics = pass_metrics(out, mask, floor)
+    assert metrics["pass/tied_group_share"] == 1.0 and metrics["pass/floor_share"] == 1.0
+    assert metrics["pass/adv_abs_max"] == pytest.approx(float(out.advantages.abs().max()))
+    assert pass_metrics(raw, mask, 0.0)["pass/floor_share"] == 0.0
+
+
+def test_metrics_count_tied_and_floored_groups_by_hand():
+    # group a: outcomes differ (not tied), large process std; group b: all solved, a small penalty (tied, floored);
+    # group c: one rollout (not counted)
+    process, mask = right_padded([[-1, 0, 0, 0], [0, 0, 0, 0], [-0.001, 0, 0, 0], [0, 0, 0, 0], [0, 0]])
+    outcome = torch.tensor([0.0, 1.0, 1.0, 1.0, 1.0])
+    out = pass_advantage(process, outcome, torch.zeros(5), mask, list("aabbc"), PassSettings(std_floor=0.05))
+    metrics = pass_metrics(out, mask, 0.05)
+    assert metrics["pass/tied_group_share"] == 0.5 and metrics["pass/floor_share"] == 0.5
+    low, high = float(out.advantages.min()), float(out.advantages.max())
+    assert metrics["pass/adv_abs_max"] == max(-low, high) > 0
+
+
+def test_outcome_and_format_are_read_where_the_manager_wrote_them_in_a_multi_turn_rollout():
+    # row 0 ends in a tool observation (masked): the manager wrote outcome and format on its last response token
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
+    outcome = torch.tensor([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    fmt = torch.tensor([[0.0, 0.0, 0.0, 0.2], [0.0, 0.0, -1.0, 0.0]])
+    streams = {"local": torch.zeros(2, 4), "outcome": outcome, "format": fmt}
+    index = np.array(["g", "g"], dtype=object)
+    with use_context(BatchContext(streams=streams)):
+        adv, _ = compute_pass_advantage(torch.zeros(2, 4), mask, index, {})
+    expected = pass_advantage(torch.zeros(2, 4), torch.tensor([1.0, 0.0]), torch.tensor([0.2, -1.0]), mask, index)
+    torch.testing.assert_close(adv, expected.advantages)
+    assert adv[0, 0] > 0 > adv[1, 0]  # solved and well formatted: read, not the 0 of its last valid token
+
+
+def test_the_floor_knob_is_parsed_and_checked():
+    assert pass_settings({"pass_std_floor": "0.2"}).std_floor == 0.2
+    assert PassSettings().std_floor == DEFAULT_STD_FLOOR
+    with pytest.raises(VerlBotConfigError, match=r"\+algorithm.pass_std_floor must be a finite number >= 0"):
+        pass_settings({"pass_std_floor": -1})

@@ -130,3 +130,18 @@ def test_adapter_reads_the_active_streams_and_config():
             compute_pure_advantage(torch.zeros(2, 3), mask[:, :3], index, {})
     expected = pure_advantage(local, step_end, torch.tensor([1.0, 0.0]), mask, index, temperature=0.5)
     torch.testing.assert_close((adv, ret), expected)
+
+
+def test_adapter_reads_the_outcome_where_the_manager_wrote_it_in_a_multi_turn_rollout():
+    # row 0 is a multi-turn rollout truncated inside a tool observation: its last two tokens are masked, and the
+    # manager wrote `solved` on its last response token, one of them
+    local, step_end, _ = as_tensors([[-1, -1, 0, 0], [0.5, 0.5, 0, 0]], [[0, 1, 0, 1], [0, 0, 0, 0]], [4, 2])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    outcome = torch.tensor([[0, 0, 0, 1.0], [0, 0.0, 0, 0]])
+    index = np.array(["g", "g"], dtype=object)
+    with use_streams({"local": local, "step_end": step_end, "outcome": outcome}):
+        adv, _ = compute_pure_advantage(torch.zeros(2, 4), mask, index, {})
+    expected, _ = pure_advantage(local, step_end, torch.tensor([1.0, 0.0]), mask, index)
+    torch.testing.assert_close(adv, expected)
+    unsolved, _ = pure_advantage(local, step_end, torch.tensor([0.0, 0.0]), mask, index)
+    assert not torch.allclose(adv, unsolved)

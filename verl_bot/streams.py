@@ -18,6 +18,10 @@ vector, these streams (each one float per response token):
               format bonus/penalty), 0 elsewhere; 0 when the scorer reports no such part
               (toy_lint, React), failed or flagged an `error`
 
+"The last token" is the response's last token, which a multi-turn rollout's mask may leave out (a
+rollout truncated inside a tool observation): estimators read `global`, `outcome` and `format` with
+`response_value`, which finds the value wherever it was written.
+
 How they travel (only when the configured estimator declared them, so other
 runs carry nothing extra):
 
@@ -173,6 +177,17 @@ def stream_fields(streams: Mapping[str, Sequence[float]], length: int) -> dict[s
 
 
 # ---- feeding them to the estimator (trainer side) -----------------------------------------------
+
+
+def response_value(stream: torch.Tensor) -> torch.Tensor:
+    """(B, T) -> (B,): the one value a per-response stream (`global`, `outcome`, `format`) carries per row.
+
+    The manager writes it on the response's last token, which the response mask may not cover: a
+    multi-turn rollout truncated inside a tool observation ends in masked tokens. Every other entry of
+    the row is 0 (padding included), so the row's sum is that value wherever it sits (NaN stays NaN).
+    """
+    return stream.sum(dim=1)
+
 
 
 @contextlib.contextmanager

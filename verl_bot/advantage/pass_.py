@@ -27,9 +27,13 @@ full text was not available), and every open choice is a knob
          A_{i,t} = Z_g(outcome)_i + format_coef * Z_g(format)_i + process_coef * Z_g^tok(D)_{i,t}
    - Z_g: verl's GRPO operator over the group's rollouts, (x - mean) / (std + eps)
      with the unbiased std; a group of one rollout keeps its raw value (as verl's
-     `grpo`); op=drgrpo drops the division (Dr.GRPO: x - mean);
+     `grpo`); op=drgrpo drops the division (Dr.GRPO: x - mean). Computed in float64
+     around one member's value, so a group whose values are all equal gets exactly 0;
    - Z_g^tok: BoT-GRPO's operator (`verl_bot.advantage.bot`) over the group's
-     tokens, each weighted 1/L_i (every rollout weighs the same); op=drgrpo: centering only.
+     tokens, each weighted 1/L_i (every rollout weighs the same), its std floored
+     at `std_floor` (`bot_std_floor`'s floor): in a group of equal outcomes only the
+     process signal varies, and without a floor a single small penalty is stretched
+     to unit variance whatever its size; op=drgrpo: centering only.
    The paper evaluates two group-standardization operators; which two is not
    known: `grpo` and `drgrpo` are our guess.
 
@@ -37,6 +41,10 @@ Reductions (tested): zero process and format streams give verl's GRPO advantage
 of the outcome; a rollout that is one chunk gets its whole density
 sum_t s_t / L_i under every `density`. Padding gets 0. Advantages and returns
 are the same tensor (as GRPO's).
+
+`pass_diagnostics` reports, besides each stream's share: `adv_abs_max` (the largest |A|), `tied_group_share`
+(groups whose outcomes and formats are all equal, where only the process term is left) and `floor_share`
+(groups whose process std is below the floor, where it binds).
 """
 
 from __future__ import annotations
@@ -47,18 +55,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from verl.utils.groupwise import as_torch_index, group_mean_std
+from verl.utils.groupwise import as_torch_index
 
-from verl_bot.advantage.bot import bot_advantage
-from verl_bot.advantage.common import last_token_index, raise_for_rows
+from verl_bot.advantage.bot import BotStats, bot_advantage_and_stats
+from verl_bot.advantage.common import group_sum, raise_for_rows
 from verl_bot.context import report_metrics
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.streams import active_streams
+from verl_bot.streams import active_streams, response_value
 
 STREAMS = ("local", "outcome", "format")
 DENSITIES = ("suffix", "sequence", "chunk")
 OPS = ("grpo", "drgrpo")
 KNOB_PREFIX = "pass_"
+DEFAULT_STD_FLOOR = 0.01
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,7 @@ class PassSettings:
         density: suffix | sequence | chunk (Divide-Length, module docstring).
         op: grpo (mean/std) | drgrpo (mean only), the group operator of every stream.
         epsilon: added to each std before dividing.
+        std_floor: the process density's group std is floored at this (as `bot_std_floor`).
     """
 
     format_coef: float = 1.0
@@ -82,6 +92,7 @@ class PassSettings:
     density: str = "suffix"
     op: str = "grpo"
     epsilon: float = 1e-6
+    std_floor: float = DEFAULT_STD_FLOOR
 
     def __post_init__(self) -> None:
         problems = [
@@ -90,6 +101,7 @@ class PassSettings:
             (not self.dead_zone >= 0, "dead_zone", f"must be >= 0, got {self.dead_zone}"),
             (self.min_chunk < 1, "min_chunk", f"must be an integer >= 1, got {self.min_chunk}"),
             (not self.epsilon > 0, "epsilon", f"must be > 0, got {self.epsilon}"),
+            (not 0 <= self.std_floor < np.inf, "std_floor", f"must be a finite number >= 0, got {self.std_floor}"),
             (not np.isfinite(self.format_coef), "format_coef", f"must be finite, got {self.format_coef}"),
             (not np.isfinite(self.process_coef), "process_coef", f"must be finite, got {self.process_coef}"),
         ]
@@ -132,10 +144,12 @@ def pass_settings(algorithm: Mapping[str, Any] | None) -> PassSettings:
 
 
 class PassOutput(NamedTuple):
-    """What `pass_advantage` computes (B rows, T tokens).
+    """What `pass_advantage` computes (B rows, T tokens, G groups).
 
     advantages: (B, T) A_{i,t}, 0 on padding. outcome: (B,) Z_g(outcome)_i. format: (B,) format_coef * Z_g(format)_i.
     process: (B, T) process_coef * Z_g^tok(D), 0 on padding. chunks: (B,) number of chunks (0 for empty rows).
+    process_stats: the token operator's `BotStats` of D ((G,) each). tied: (G,) bool, groups of >= 2 rollouts
+    whose outcomes and formats are all equal.
     """
 
     advantages: torch.Tensor
@@ -143,6 +157,8 @@ class PassOutput(NamedTuple):
     format: torch.Tensor
     process: torch.Tensor
     chunks: torch.Tensor
+    process_stats: BotStats
+    tied: torch.Tensor
 
 
 def _sign_class(signal: torch.Tensor, dead_zone: float) -> torch.Tensor:
@@ -227,15 +243,33 @@ def value_density(
     return torch.where(mask, per_chunk.gather(1, chunk_id), 0.0)
 
 
-def group_standardize(values: torch.Tensor, group: torch.Tensor, norm_by_std: bool, epsilon: float) -> torch.Tensor:
+def group_standardize(
+    values: torch.Tensor, group: torch.Tensor, norm_by_std: bool, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """verl's GRPO operator over the rows of each group: (x - mean) / (std + eps) (unbiased std), or x - mean.
 
-    values: (B,) one value per rollout; group: (B,) ids in [0, G). A group of one keeps its raw value.
-    Returns (B,) float32.
+    In float64 around one member's value of each group (verl's `group_mean_std` works in float32, where 8
+    equal scores of 0.2 leave a mean 1.5e-8 off and a std of 1e-8: -0.0147 on every token), so a group whose
+    values are all equal gets exactly 0. A group of one keeps its raw value (verl's: mean 0, std 1).
+
+    Args:
+        values: (B,) one value per rollout. group: (B,) ids in [0, G).
+
+    Returns:
+        (B,) float32 standardized values, and (G,) bool: the groups of >= 2 rows whose values are all equal.
     """
-    mean, std, _ = group_mean_std(values, group, eps=0.0, device=values.device)
-    centered = values.float() - mean[group]
-    return centered / (std[group] + epsilon) if norm_by_std else centered
+    x = values.double()
+    num_groups = int(group.max()) + 1
+    count = group_sum(torch.ones_like(x), group, num_groups)  # (G,)
+    shift = x.new_zeros(num_groups).scatter_reduce(0, group, x, reduce="amax", include_self=False)  # a member
+    offset = x - shift[group]  # exact 0 for every member equal to the shift
+    mean = group_sum(offset, group, num_groups) / count.clamp(min=1.0)
+    centered = offset - mean[group]
+    squares = group_sum(centered.square(), group, num_groups)
+    out = centered / ((squares / (count - 1).clamp(min=1.0)).sqrt()[group] + epsilon) if norm_by_std else centered
+    single = count[group] == 1
+    out = torch.where(single, x / (1.0 + epsilon) if norm_by_std else x, out)
+    return out.float(), (count >= 2) & (squares == 0)
 
 
 @torch.no_grad()
@@ -275,7 +309,8 @@ def pass_advantage(
     mask = response_mask != 0
     if batch == 0:
         zeros, empty = torch.zeros_like(process, dtype=torch.float32), torch.zeros(0, device=process.device)
-        return PassOutput(zeros, empty, empty, zeros, empty.long())
+        stats = BotStats(empty.double(), empty.double(), empty.double())
+        return PassOutput(zeros, empty, empty, zeros, empty.long(), stats, empty.bool())
     has_tokens = mask.any(dim=1)
     if not bool(torch.isfinite(process.sum(dim=1)).all()):  # NaN/inf somewhere (maybe padding): which rows?
         bad = (~torch.isfinite(process) & mask).any(dim=1)
@@ -292,21 +327,35 @@ def pass_advantage(
     chunk_id, chunks = value_chunks(process, response_mask, settings.dead_zone, settings.min_chunk)
     density = value_density(process, response_mask, chunk_id, settings.density)
     valid = mask.to(density.dtype)  # converted once (mixed-dtype products with the mask convert it every time)
-    process_term = bot_advantage(density, valid, index, epsilon=settings.epsilon, norm_by_std=norm_by_std)
+    process_term, stats = bot_advantage_and_stats(
+        density, valid, index, epsilon=settings.epsilon, norm_by_std=norm_by_std, std_floor=settings.std_floor
+    )
     process_term = process_term.float().mul_(settings.process_coef)
-    outcome_term = group_standardize(torch.where(has_tokens, outcome, 0.0), group, norm_by_std, settings.epsilon)
-    format_term = settings.format_coef * group_standardize(
+    outcome_term, outcome_tied = group_standardize(
+        torch.where(has_tokens, outcome, 0.0), group, norm_by_std, settings.epsilon
+    )
+    format_term, format_tied = group_standardize(
         torch.where(has_tokens, format_score, 0.0), group, norm_by_std, settings.epsilon
     )
+    format_term = settings.format_coef * format_term
     row_terms = (outcome_term + format_term)[:, None]
     advantages = torch.addcmul(process_term, row_terms, valid.float())  # process_term is 0 on padding
-    return PassOutput(advantages, outcome_term, format_term, process_term, chunks)
+    return PassOutput(advantages, outcome_term, format_term, process_term, chunks, stats, outcome_tied & format_tied)
 
 
-def pass_metrics(out: PassOutput, response_mask: torch.Tensor) -> dict[str, float]:
-    """Diagnostics of one batch: chunks per rollout, tokens per chunk, each stream's share of sum |A|.
+def pass_metrics(out: PassOutput, response_mask: torch.Tensor, std_floor: float = DEFAULT_STD_FLOOR) -> dict[str, float]:
+    """Diagnostics of one batch: chunks per rollout, tokens per chunk, each stream's share of sum |A|, and the
+    tied groups and the process floor.
 
-    out: `pass_advantage`'s output; response_mask: (B, T). Shares are over valid tokens and sum to 1 (0 if A == 0).
+    Args:
+        out: `pass_advantage`'s output. response_mask: (B, T). std_floor: the floor it ran with.
+
+    Returns:
+        chunks_per_rollout, tokens_per_chunk; share_outcome, share_format, share_process (over valid tokens,
+        summing to 1; 0 if A == 0); adv_abs_max (max |A|); tied_group_share and floor_share: among groups of
+        >= 2 rollouts, the share whose outcomes and formats are all equal (only the process term is left),
+        and the share whose process density has a std below `std_floor` (the floor binds); 0 without such
+        groups.
     """
     mask = response_mask != 0
     lengths = mask.float().sum(dim=1)
@@ -322,6 +371,13 @@ def pass_metrics(out: PassOutput, response_mask: torch.Tensor) -> dict[str, floa
         "pass/tokens_per_chunk": float(lengths.sum() / out.chunks.sum().clamp(min=1)),
     }
     metrics.update({f"pass/share_{name}": float(part / total) if total > 0 else 0.0 for name, part in parts.items()})
+    comparable = out.process_stats.rollouts >= 2
+    groups = max(float(comparable.sum()), 1.0)
+    floored = comparable & ((out.process_stats.within + out.process_stats.between).sqrt() < std_floor)
+    low, high = torch.aminmax(out.advantages) if out.advantages.numel() else (torch.zeros(()), torch.zeros(()))
+    metrics["pass/adv_abs_max"] = max(-float(low), float(high), 0.0)
+    metrics["pass/tied_group_share"] = float((out.tied & comparable).sum()) / groups
+    metrics["pass/floor_share"] = float(floored.sum()) / groups
     return metrics
 
 
@@ -334,9 +390,9 @@ def compute_pass_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl adapter for `pass_advantage` (registered as `algorithm.adv_estimator=pass`).
 
-    Reads the reward streams `local` (process signal), `outcome` and `format` (each on the last token)
-    of `verl_bot.streams` instead of `token_level_rewards`, the knobs `pass_*` of the `algorithm` config
-    (`pass_settings`), and reports `pass_metrics` with the step's metrics.
+    Reads the reward streams `local` (process signal), `outcome` and `format` (one value per response,
+    `verl_bot.streams.response_value`) of `verl_bot.streams` instead of `token_level_rewards`, the knobs
+    `pass_*` of the `algorithm` config (`pass_settings`), and reports `pass_metrics` with the step's metrics.
 
     Args:
         token_level_rewards: (B, T), used only for its shape. response_mask: (B, T). index: (B,) uids.
@@ -346,14 +402,13 @@ def compute_pass_advantage(
     """
     settings = pass_settings(config)
     streams = active_streams("pass", STREAMS, response_mask)
-    last = last_token_index(response_mask)[:, None]
     out = pass_advantage(
         streams["local"],
-        streams["outcome"].gather(1, last).squeeze(1),
-        streams["format"].gather(1, last).squeeze(1),
+        response_value(streams["outcome"]),
+        response_value(streams["format"]),
         response_mask,
         index,
         settings,
     )
-    report_metrics(pass_metrics(out, response_mask))
+    report_metrics(pass_metrics(out, response_mask, settings.std_floor))
     return out.advantages, out.advantages

@@ -32,7 +32,7 @@ import torch
 from verl.utils.groupwise import as_torch_index
 
 from verl_bot.advantage.common import group_sum, last_token_index, raise_for_rows
-from verl_bot.streams import active_streams
+from verl_bot.streams import active_streams, response_value
 
 DEFAULT_TEMPERATURE = 0.1
 STREAMS = ("local", "step_end", "outcome")
@@ -141,7 +141,8 @@ def compute_pure_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl adapter for `pure_advantage` (registered as `algorithm.adv_estimator=pure`).
 
-    Reads the reward streams `local`, `step_end`, `outcome` (`verl_bot.streams`) instead of
+    Reads the reward streams `local`, `step_end`, `outcome` (one value per response:
+    `verl_bot.streams.response_value`) (`verl_bot.streams`) instead of
     `token_level_rewards`, and from the `algorithm` config `pure_temperature` (0.1),
     `pure_outcome_coef` (1.0) and `pure_step_scale` (1.0) (set with `+algorithm.pure_temperature=...`).
 
@@ -153,7 +154,7 @@ def compute_pure_advantage(
     """
     get = config.get if config is not None else (lambda key, default=None: default)
     streams = active_streams("pure", STREAMS, response_mask)
-    solved = streams["outcome"].gather(1, last_token_index(response_mask)[:, None]).squeeze(1)
+    solved = response_value(streams["outcome"])  # written on the last response token, masked or not
     return pure_advantage(
         streams["local"],
         streams["step_end"],
