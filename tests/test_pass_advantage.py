@@ -375,7 +375,8 @@ def test_process_floor_bounds_a_tied_group_of_long_rollouts():
     process[0, 2000:2010] = -0.02
     mask, index = torch.ones(8, 4096), ["g"] * 8
     raw = pass_advantage(process, torch.ones(8), torch.zeros(8), mask, index, PassSettings(std_floor=0.0))
-    assert raw.process[0, 0] == pytest.approx(-3.58, abs=0.01) and raw.process[0, 2000] == pytest.approx(-7.22, abs=0.01)
+    assert raw.process[0, 0] == pytest.approx(-3.58, abs=0.01)  # on the 2000 tokens before the warning
+    assert raw.process[0, 2000] == pytest.approx(-7.22, abs=0.01)  # on the warning's chunk
     # floored: (D - mu) / (floor + eps), D the suffix density; it scales with the penalty
     floor = 0.01
     out = pass_advantage(process, torch.ones(8), torch.zeros(8), mask, index, PassSettings(std_floor=floor))

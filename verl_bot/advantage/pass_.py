@@ -343,7 +343,9 @@ def pass_advantage(
     return PassOutput(advantages, outcome_term, format_term, process_term, chunks, stats, outcome_tied & format_tied)
 
 
-def pass_metrics(out: PassOutput, response_mask: torch.Tensor, std_floor: float = DEFAULT_STD_FLOOR) -> dict[str, float]:
+def pass_metrics(
+    out: PassOutput, response_mask: torch.Tensor, std_floor: float = DEFAULT_STD_FLOOR
+) -> dict[str, float]:
     """Diagnostics of one batch: chunks per rollout, tokens per chunk, each stream's share of sum |A|, and the
     tied groups and the process floor.
 
