@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from verl_bot.advantage.vps import (
+    DEFAULT_STD_FLOOR,
     PROBE_FIELD,
     VPSSettings,
     compute_vps_advantage,
@@ -20,7 +21,9 @@ from verl_bot.context import BatchContext, use_context
 from verl_bot.errors import VerlBotConfigError
 
 
-def reference_vps(base, lengths, index, cuts, logp, solved, alpha, space="prob", normalize="group", floor=-20.0):
+def reference_vps(
+    base, lengths, index, cuts, logp, solved, alpha, space="prob", normalize="group", floor=-20.0, std_floor=0.0
+):
     """Row by row, segment by segment, in python floats (the module docstring's formulas as written)."""
 
     def value(b):
@@ -45,7 +48,7 @@ def reference_vps(base, lengths, index, cuts, logp, solved, alpha, space="prob",
             pool = [x for j in range(len(lengths)) if index[j] == index[i] for x in deltas[j]]
             mean = sum(pool) / len(pool) if pool else 0.0
             std = math.sqrt(sum((x - mean) ** 2 for x in pool) / len(pool)) if pool else 0.0
-            normed.append([(x - mean) / (std + 1e-6) for x in deltas[i]])
+            normed.append([(x - mean) / (max(std, std_floor) + 1e-6) for x in deltas[i]])
         deltas = normed
     width = len(base[0])
     out, progress = [], []
@@ -80,7 +83,7 @@ def test_hand_computed_group_of_two():
     base = torch.tensor([[0.7] * 6, [-0.7] * 4 + [0.0] * 2])
     solved = torch.tensor([1.0, 0.0])
 
-    adv, progress = vps_advantage(base, mask, ["g", "g"], starts, logp, num, solved, alpha=1.0, normalize="none")
+    adv, progress, _ = vps_advantage(base, mask, ["g", "g"], starts, logp, num, solved, alpha=1.0, normalize="none")
     expected = torch.tensor([[0.3] * 3 + [0.5] * 3, [-0.4] * 4 + [0.0] * 2])
     assert torch.allclose(progress, expected, atol=1e-6)
     assert torch.allclose(adv, (base + expected) * mask, atol=1e-6)
@@ -89,7 +92,7 @@ def test_hand_computed_group_of_two():
     mean, std = 0.4 / 3, math.sqrt(((0.3 - 0.4 / 3) ** 2 + (0.5 - 0.4 / 3) ** 2 + (-0.4 - 0.4 / 3) ** 2) / 3)
     z = [(x - mean) / (std + 1e-6) for x in (0.3, 0.5, -0.4)]
     assert z[0] == pytest.approx(0.43193, abs=1e-4) and z[2] == pytest.approx(-1.38218, abs=1e-4)
-    adv, progress = vps_advantage(base, mask, ["g", "g"], starts, logp, num, solved, alpha=0.5)
+    adv, progress, _ = vps_advantage(base, mask, ["g", "g"], starts, logp, num, solved, alpha=0.5)
     expected = torch.tensor([[z[0]] * 3 + [z[1]] * 3, [z[2]] * 4 + [0.0] * 2])
     assert torch.allclose(progress, expected, atol=1e-5)
     assert torch.allclose(adv, (base + 0.5 * expected) * mask, atol=1e-5)
@@ -98,7 +101,7 @@ def test_hand_computed_group_of_two():
 def test_log_space_floors_a_wrong_outcome():
     starts, logp, num, mask = tensors([[0, 2], [0]], [[math.log(0.2), math.log(0.5)], [math.log(0.4)]], [4, 4], 4)
     base = torch.zeros(2, 4)
-    _, progress = vps_advantage(
+    _, progress, _ = vps_advantage(
         base, mask, ["a", "b"], starts, logp, num, torch.tensor([1.0, 0.0]), space="log", normalize="none",
         log_floor=-10.0,
     )
@@ -113,7 +116,7 @@ def test_unknown_outcome_no_probes_and_padding():
         [[0, 2], [], []], [[math.log(0.25), math.log(0.75)], [], []], [5, 3, 0], 6
     )
     base = torch.tensor([[1.0] * 6, [2.0] * 6, [3.0] * 6])
-    adv, progress = vps_advantage(
+    adv, progress, _ = vps_advantage(
         base, mask, ["a", "b", "c"], starts, logp, num, torch.tensor([math.nan, 1.0, 0.0]), alpha=1.0,
         normalize="none",
     )
@@ -156,17 +159,20 @@ def batches(draw):
     st.floats(0, 2),
     st.sampled_from(["prob", "log"]),
     st.sampled_from(["group", "none"]),
+    st.sampled_from([0.0, 0.1, 2.0]),
 )
-def test_matches_loop_reference(batch, alpha, space, normalize):
+def test_matches_loop_reference(batch, alpha, space, normalize, std_floor):
     base, lengths, index, cuts, logp, solved, width = batch
     starts, lp, num, mask = tensors([c or [0] for c in cuts], [b or [0.0] for b in logp], lengths, width)
     num = torch.tensor([len(c) for c in cuts])
     s = torch.tensor([math.nan if x is None else x for x in solved])
-    adv, progress = vps_advantage(
+    adv, progress, _ = vps_advantage(
         torch.tensor(base), mask, index, starts, lp, num, s, alpha=alpha, space=space, normalize=normalize,
-        log_floor=-20.0,
+        log_floor=-20.0, std_floor=std_floor,
     )
-    ref_adv, ref_progress = reference_vps(base, lengths, index, cuts, logp, solved, alpha, space, normalize)
+    ref_adv, ref_progress = reference_vps(
+        base, lengths, index, cuts, logp, solved, alpha, space, normalize, std_floor=std_floor
+    )
     assert torch.allclose(progress, torch.tensor(ref_progress, dtype=torch.float32), atol=1e-3, rtol=1e-4)
     assert torch.allclose(adv, torch.tensor(ref_adv, dtype=torch.float32), atol=1e-3, rtol=1e-4)
     assert torch.isfinite(adv).all()
@@ -228,7 +234,8 @@ def test_adapter_adds_alpha_times_progress_and_reports_cost():
     solved = [r["reward_extra_info"]["solved"] for r in rows]
     lengths = [int(n) for n in mask.sum(1)]
     _, ref_progress = reference_vps(
-        grpo.tolist(), lengths, list(index), [r["cuts"] for r in records], [r["logp"] for r in records], solved, 0.5
+        grpo.tolist(), lengths, list(index), [r["cuts"] for r in records], [r["logp"] for r in records], solved, 0.5,
+        std_floor=DEFAULT_STD_FLOOR,
     )
     assert torch.allclose(adv, grpo + 0.5 * torch.tensor(ref_progress), atol=1e-5)
     assert torch.equal(adv[3], grpo[3]) and torch.equal(adv[4], grpo[4])  # no probes: GRPO's advantage
@@ -305,3 +312,37 @@ def test_start_up_checks_refuse_vps_without_its_agent_loop_answers_or_with_a_bad
     for name, truths in [("lint.parquet", [{"forbidden": "aeiou"}, None]), ("empty.parquet", ["", None, "  "])]:
         with pytest.raises(VerlBotConfigError, match=f"no row of .*{name} has one"):  # toy_lint's: no answers
             check_config(compose_verl_config([base[0], parquet(name, truths), loop]))
+
+
+def test_the_std_floor_keeps_an_all_unsolved_group_of_tiny_beliefs_near_grpo():
+    # the issue's group: beliefs 1e-4 .. 2e-4 probed at three cuts of two unsolved rollouts (GRPO gives 0)
+    beliefs = [[1e-4, 2e-4, 1.5e-4], [1e-4, 5e-5, 1e-4]]
+    logps = [[math.log(b) for b in row] for row in beliefs]
+    starts, logp, num, mask = tensors([[0, 2, 4], [0, 2, 4]], logps, [6, 6], 6)
+    base, solved = torch.zeros(2, 6), torch.zeros(2)
+    _, raw, raw_share = vps_advantage(base, mask, ["g", "g"], starts, logp, num, solved, std_floor=0.0)
+    # unfloored: the progress of 1e-4 is stretched to unit variance, +-0.75 of advantage at alpha 0.5
+    assert raw[0, ::2].tolist() == pytest.approx([1.55, -0.19, -1.36], abs=0.01)
+    assert raw[1, ::2].tolist() == pytest.approx([-0.19, 0.97, -0.78], abs=0.01)
+    assert raw_share == 0.0
+    adv, floored, share = vps_advantage(base, mask, ["g", "g"], starts, logp, num, solved)
+    # floored: (D - mean) / (0.1 + eps), D = the belief changes (the last one to solved = 0)
+    d = [[1e-4, -0.5e-4, -1.5e-4], [-0.5e-4, 0.5e-4, -1e-4]]
+    mean = sum(map(sum, d)) / 6
+    expected = [[(x - mean) / (DEFAULT_STD_FLOOR + 1e-6) for x in row for _ in range(2)] for row in d]
+    torch.testing.assert_close(floored, torch.tensor(expected), rtol=1e-4, atol=1e-8)
+    assert float(adv.abs().max()) < 1e-3 and share == 1.0
+
+
+def test_the_adapter_reports_the_floors_share_and_the_knob_is_checked():
+    rewards, mask, index = _batch()
+    ctx = BatchContext(rows=_rows())
+    with use_context(ctx):
+        compute_vps_advantage(rewards.clone(), mask, index=index, config=OmegaConf.create({"vps_std_floor": 5.0}))
+    assert ctx.metrics["vps/floor_share"] == 1.0  # both groups' progress std is below 5
+    with use_context(ctx):
+        compute_vps_advantage(rewards.clone(), mask, index=index, config=OmegaConf.create({"vps_std_floor": 0.0}))
+    assert ctx.metrics["vps/floor_share"] == 0.0
+    assert VPSSettings.from_config(None).std_floor == DEFAULT_STD_FLOOR
+    with pytest.raises(VerlBotConfigError, match=r"\+algorithm.vps_std_floor=-1.0 must be a finite number >= 0"):
+        VPSSettings.from_config({"vps_std_floor": -1})

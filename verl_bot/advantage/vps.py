@@ -8,13 +8,16 @@ correct answer a* appended after the prefix (teacher forcing, no sampling):
     v_{i,k}   = exp(b_{i,k})  (space=prob)  or  max(b_{i,k}, floor)  (space=log)
     v_{i,n_i} = solved_i  (prob)  or  max(log solved_i, floor)  (log)      value after the last segment
     D_{i,k}   = v_{i,k+1} - v_{i,k}                                progress of segment k
-    D~_{i,k}  = (D_{i,k} - mu_g) / (sigma_g + eps)                  z-score over the segments of the group g
+    D~_{i,k}  = (D_{i,k} - mu_g) / (max(sigma_g, floor) + eps)      z-score over the segments of the group g
     A_{i,t}   = A^GRPO_i + alpha * D~_{i,k(t)}                      k(t): the segment holding token t
 
 Paper: the probe of the correct answer at segment boundaries, progress = the change of that belief between
 adjacent boundaries, added to GRPO's trajectory advantage (abstract). Ours (the paper's full text was not
 available): the cut rule, the template, prob vs log, the value after the last segment (the verdict's `solved`),
-the z-score of progress over the group's segments (population std) and every default (README: GRPO-VPS).
+the z-score of progress over the group's segments (population std), its floor and every default (README:
+GRPO-VPS). The floor (`vps_std_floor`, in the units of v: a probability, or nats in log space) keeps a group
+whose beliefs barely move (an all-unsolved group of a model that gives the answer 1e-4, where GRPO gives 0)
+from having those changes, and the server's rounding noise, stretched to unit variance.
 
 Rows without probes (no ground truth, an empty response, every probe failed or too long) have no segments: their
 advantage is GRPO's. When `solved` is unknown (a reward without it), the last segment's progress is 0.
@@ -38,6 +41,7 @@ from verl_bot.errors import VerlBotConfigError
 PROBE_FIELD = "verl_bot_vps"
 AGENT_LOOP = "vps_single_turn"
 EPS = 1e-6
+DEFAULT_STD_FLOOR = 0.1
 KNOB_PREFIX = "vps_"
 OUTCOME_KEYS = ("solved", "acc")  # reward_extra_info: the bot manager's `solved`, verl's math scorers' `acc`
 
@@ -58,6 +62,7 @@ class VPSSettings:
     space: str = "prob"  # prob: v = p(a*); log: v = max(log p(a*), log_floor)
     normalize: str = "group"  # group: z-score progress over the group's segments; none
     log_floor: float = -20.0  # space=log: lower clamp of every value (log 0 = -inf otherwise)
+    std_floor: float = DEFAULT_STD_FLOOR  # normalize=group: the group std is max(std, std_floor)
 
     @classmethod
     def from_config(cls, config: Any) -> VPSSettings:
@@ -114,6 +119,8 @@ class VPSSettings:
             problems.append(f"vps_normalize={self.normalize!r} must be group or none")
         if not (self.log_floor < 0 and math.isfinite(self.log_floor)):
             problems.append(f"vps_log_floor={self.log_floor} must be a finite number < 0")
+        if not (self.std_floor >= 0 and math.isfinite(self.std_floor)):
+            problems.append(f"vps_std_floor={self.std_floor} must be a finite number >= 0")
         if problems:
             raise VerlBotConfigError("GRPO-VPS: " + "; ".join(f"+algorithm.{p}" for p in problems))
 
@@ -154,22 +161,36 @@ def segment_progress(values: torch.Tensor, num_segments: torch.Tensor, end_value
 
 
 def normalize_progress(
-    progress: torch.Tensor, num_segments: torch.Tensor, index: Sequence, eps: float = EPS
-) -> torch.Tensor:
-    """z-score progress over all segments of each group (population std): (B, S) -> (B, S), 0 beyond the segments.
+    progress: torch.Tensor,
+    num_segments: torch.Tensor,
+    index: Sequence,
+    eps: float = EPS,
+    std_floor: float = DEFAULT_STD_FLOOR,
+) -> tuple[torch.Tensor, float]:
+    """z-score progress over all segments of each group (population std, floored): (B, S) -> (B, S).
 
-    A group whose segments all made the same progress (or that has one segment) gets 0.
+    Args:
+        progress: (B, S) D of each segment; entries k >= num_segments[i] are ignored. num_segments: (B,) long.
+        index: (B,) group labels. eps: added to the std. std_floor: the std used is max(std, std_floor).
+
+    Returns:
+        (B, S) D~, 0 beyond the segments (a group whose segments all made the same progress, or that has one
+        segment, gets 0); and the floor's share: among the groups with >= 2 segments, the share whose std is
+        below `std_floor` (where the floor binds), 0 without such groups.
     """
     batch, width = progress.shape
     valid = torch.arange(width, device=progress.device).expand(batch, width) < num_segments[:, None]
     group = as_torch_index(index, device=progress.device)
     num_groups = int(group.max()) + 1 if batch else 0
-    count = group_sum(num_segments.float(), group, num_groups).clamp(min=1.0)
+    segments = group_sum(num_segments.float(), group, num_groups)
+    count = segments.clamp(min=1.0)
     d = torch.where(valid, progress, 0.0)
     mean = group_sum(d.sum(dim=1), group, num_groups) / count
     centered = torch.where(valid, d - mean[group][:, None], 0.0)
     std = (group_sum((centered**2).sum(dim=1), group, num_groups) / count).sqrt()
-    return centered / (std[group][:, None] + eps)
+    comparable = segments >= 2
+    share = float((comparable & (std < std_floor)).sum()) / max(float(comparable.sum()), 1.0)
+    return centered / (std.clamp(min=std_floor)[group][:, None] + eps), share
 
 
 def token_progress(progress: torch.Tensor, starts: torch.Tensor, num_segments: torch.Tensor, width: int):
@@ -205,7 +226,8 @@ def vps_advantage(
     space: str = "prob",
     normalize: str = "group",
     log_floor: float = -20.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    std_floor: float = DEFAULT_STD_FLOOR,
+) -> tuple[torch.Tensor, torch.Tensor, float]:
     """GRPO-VPS per-token advantages (see the module docstring).
 
     Args:
@@ -216,10 +238,12 @@ def vps_advantage(
         logp: (B, S) probe log-prob b_{i,k} at each segment start; ignored beyond num_segments.
         num_segments: (B,) long, n_i in 0..S (0: the row has no probes and keeps GRPO's advantage).
         solved: (B,) outcome in [0, 1], NaN when unknown.
-        alpha, space, normalize, log_floor: `VPSSettings`.
+        alpha, space, normalize, log_floor, std_floor: `VPSSettings`.
 
     Returns:
         advantages: (B, T) float32, 0 on padding. progress: (B, T) the (normalized) progress D~ of each token.
+        floor_share: among the groups with >= 2 segments, the share whose std the floor replaced (0 without
+        such groups, or with normalize=none).
     """
     if not (trajectory_advantages.shape == response_mask.shape and trajectory_advantages.dim() == 2):
         raise ValueError(
@@ -232,6 +256,7 @@ def vps_advantage(
         raise ValueError("vps advantage needs one group id (uid) per row")
     batch, width = response_mask.shape
     mask = response_mask != 0
+    floor_share = 0.0
     if batch == 0 or starts.shape[1] == 0:
         progress = torch.zeros(batch, width)
     else:
@@ -240,11 +265,11 @@ def vps_advantage(
         values = torch.where(segs, belief_values(logp.float(), space, log_floor), 0.0)
         delta = segment_progress(values, num_segments, outcome_values(solved, space, log_floor))
         if normalize == "group":
-            delta = normalize_progress(delta, num_segments, index)
+            delta, floor_share = normalize_progress(delta, num_segments, index, std_floor=std_floor)
         progress = token_progress(delta, starts, num_segments, width)
     progress = torch.where(mask, progress, 0.0)
     advantages = torch.where(mask, trajectory_advantages.float() + alpha * progress, 0.0)
-    return advantages, progress
+    return advantages, progress, floor_share
 
 
 # ------------------------------------------------------------------------------------- verl adapter
@@ -358,12 +383,14 @@ def compute_vps_advantage(
             f"adv_estimator=vps: every probe of this batch failed ({len(eligible)} rollouts); the rollout server "
             f"must answer prompt_logprobs requests (vLLM, SGLang, verl-bot's hf). Last error: {error}"
         )
-    advantages, progress = vps_advantage(
+    advantages, progress, floor_share = vps_advantage(
         grpo, response_mask, index, starts, logp, num, solved,
         alpha=settings.alpha, space=settings.space, normalize=settings.normalize, log_floor=settings.log_floor,
+        std_floor=settings.std_floor,
     )
     mask = response_mask != 0
     metrics = probe_metrics(records, num, solved)
     metrics["vps/progress_abs_mean"] = float(progress.abs()[mask].mean()) if mask.any() else 0.0
+    metrics["vps/floor_share"] = floor_share
     report_metrics(metrics)
     return advantages, advantages
