@@ -9,12 +9,12 @@ import torch
 from tests.conftest import hf_server, prompt_ids
 from verl_bot.advantage.vps import VPSSettings
 from verl_bot.probing import (
-    PROBE_PARAMS,
     TEMPLATES,
     answer_probe,
     answer_text,
     choose_cuts,
     choose_template,
+    probe_params,
     probe_rollout,
     reasoning_length,
     scored_logprob,
@@ -98,7 +98,7 @@ def _probe(server, **kw):
     tokenizer = server.model_config.tokenizer
 
     async def generate(ids):
-        return await server.generate(ids, dict(PROBE_PARAMS), "probe")
+        return await server.generate(ids, probe_params("hf"), "probe")
 
     args = {
         "prompt_ids": prompt_ids(server, "Compute 3+4-2."),
@@ -156,7 +156,7 @@ def test_probe_rollout_documented_cases(server, tiny_model_dir):
     tokenizer = small.model_config.tokenizer
 
     async def generate(ids):
-        return await small.generate(ids, dict(PROBE_PARAMS), "probe")
+        return await small.generate(ids, probe_params("hf"), "probe")
 
     record = asyncio.run(
         probe_rollout(
@@ -167,3 +167,60 @@ def test_probe_rollout_documented_cases(server, tiny_model_dir):
     )
     assert record["status"] == "probe_failed" and "no room" in record["error"] and record["cuts"] == []
 
+
+
+# the API fields of SGLang's SamplingParams (sglang/srt/sampling/sampling_params.py, a msgspec struct that refuses
+# any other keyword): what verl's SGLang server passes
+# on to it, after it has taken out max_tokens / max_new_tokens, logprobs and prompt_logprobs
+SGLANG_SAMPLING_PARAMS = {
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
+    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+    "custom_params", "stream_interval", "logit_bias", "sampling_seed",
+}
+VERL_SGLANG_TRANSLATED = {"max_tokens", "max_new_tokens", "logprobs", "prompt_logprobs"}
+
+
+def test_probe_parameters_per_engine():
+    from vllm import SamplingParams
+
+    vllm = SamplingParams(**probe_params("vllm"))  # every key is one of vLLM's
+    assert vllm.prompt_logprobs == 0 and vllm.max_tokens == 1 and vllm.detokenize is False
+    sglang = probe_params("sglang")
+    assert "detokenize" not in sglang and set(sglang) - VERL_SGLANG_TRANSLATED <= SGLANG_SAMPLING_PARAMS
+    assert sglang["prompt_logprobs"] == 0 and sglang["max_tokens"] == 1
+    assert probe_params("sglang") is not probe_params("sglang")  # a fresh dict per request
+    from verl_bot.errors import VerlBotConfigError
+
+    with pytest.raises(VerlBotConfigError, match="rollout.name=trtllm server does not return; use vllm, sglang, hf"):
+        probe_params("trtllm")
+
+
+def test_the_agent_loop_sends_its_engines_parameters(monkeypatch):
+    """`vps_single_turn` asks verl's server manager for each probe with the parameters of the configured engine."""
+    from types import SimpleNamespace
+
+    from verl_bot.agent_loop import VPSAgentLoop
+
+    sent = []
+
+    async def generate(**kwargs):
+        sent.append(kwargs["sampling_params"])
+
+    loop = object.__new__(VPSAgentLoop)  # only what `_probe` reads
+    loop.server_manager = SimpleNamespace(generate=generate)
+    for engine in ("sglang", "vllm"):
+        loop.rollout_config = SimpleNamespace(name=engine)
+        asyncio.run(loop._probe([1, 2, 3]))
+    assert sent == [probe_params("sglang"), probe_params("vllm")] and "detokenize" not in sent[0]
+
+
+def test_start_up_refuses_vps_on_an_engine_without_prompt_logprobs():
+    from tests.conftest import compose_verl_config
+    from verl_bot.errors import VerlBotConfigError
+    from verl_bot.preflight import check_config
+
+    base = ["algorithm.adv_estimator=vps", "actor_rollout_ref.rollout.agent.default_agent_loop=vps_single_turn"]
+    with pytest.raises(VerlBotConfigError, match="rollout.name=trtllm server does not return"):
+        check_config(compose_verl_config([*base, "actor_rollout_ref.rollout.name=trtllm"]))
+    check_config(compose_verl_config([*base, "actor_rollout_ref.rollout.name=sglang"]))

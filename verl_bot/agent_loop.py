@@ -21,7 +21,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from verl_bot.advantage.vps import AGENT_LOOP, PROBE_FIELD, VPSSettings
-from verl_bot.probing import PROBE_PARAMS, answer_text, choose_template, probe_rollout
+from verl_bot.probing import answer_text, choose_template, probe_params, probe_rollout
 
 
 @functools.lru_cache(maxsize=8)
@@ -71,7 +71,7 @@ class VPSAgentLoop(SingleTurnAgentLoop):
 
     async def _probe(self, ids: list[int]) -> Any:
         return await self.server_manager.generate(
-            request_id=uuid4().hex, prompt_ids=ids, sampling_params=dict(PROBE_PARAMS)
+            request_id=uuid4().hex, prompt_ids=ids, sampling_params=probe_params(str(self.rollout_config.name))
         )
 
 

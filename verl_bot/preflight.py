@@ -25,7 +25,8 @@ Refused:
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import);
 - `adv_estimator=vps` without its agent loop (`default_agent_loop=vps_single_turn`,
-  which writes the probe results it reads), or on local train files without any
+  which writes the probe results it reads), on a rollout engine whose verl server
+  returns no `prompt_logprobs` (trtllm), or on local train files without any
   ground-truth answer (`reward_model.ground_truth`) to probe for;
 - for any run: token-report knobs that cannot work (`algorithm.token_report_steps`
   outside the run, `token_report_groups` < 0; `verl_bot.token_records`).
@@ -57,6 +58,7 @@ from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.reward_functions import default_knows, function_config
 from verl_bot.losses import loss_name
 from verl_bot.losses import reco as reco_loss
+from verl_bot.probing import answer_text, probe_params
 from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
@@ -136,8 +138,6 @@ def files_without_answers(paths: Iterable[str]) -> list[str]:
     (`reward_model.ground_truth`, a string or a number: `verl_bot.probing.answer_text`)."""
     import pyarrow.parquet as pq
 
-    from verl_bot.probing import answer_text
-
     bad = []
     for path in paths:
         rows = []
@@ -157,6 +157,10 @@ def _vps_problem(config: Any) -> str | None:
             "correct answer per prompt (e.g. toy_math, AIME, verl's math data)"
         )
     rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
+    try:
+        probe_params(str(rollout.get("name")))
+    except VerlBotConfigError as exc:
+        return str(exc)
     loop = (rollout.get("agent") or {}).get("default_agent_loop")
     if loop != AGENT_LOOP:
         return (
