@@ -37,7 +37,7 @@ VPS_MIN_GAP=${VPS_MIN_GAP:-64}                     # tokens between cuts
 VPS_CUT_QUANTILE=${VPS_CUT_QUANTILE:-0.1}          # cut candidates: the top 10% surprisal tokens
 VPS_SPACE=${VPS_SPACE:-prob}                       # progress of p(answer) (prob) or of log p (log)
 RECO_W_MAX=${RECO_W_MAX:-5.0}                      # ReCo: clip of the response weights (a reimplementation's 5)
-RECO_PI=${RECO_PI:-self}                           # ReCo: sequence probability normalized within the group (ours)
+RECO_OCCURRENCE=${RECO_OCCURRENCE:-count_model}     # ReCo: occurrence = copies in the group x model probability (ours)
 
 vb_algo_overrides() {
     case "${ALGO}" in
@@ -153,7 +153,7 @@ vb_algo_overrides() {
                 actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
                 +reward.reward_kwargs.bot.token_level=false
                 "+algorithm.reco_w_max=${RECO_W_MAX}"
-                "+algorithm.reco_pi=${RECO_PI}"
+                "+algorithm.reco_occurrence=${RECO_OCCURRENCE}"
             )
             ;;
         grail)

@@ -241,7 +241,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
         # one on-policy update per step, but ReCo's token ratio needs several (4)
         assert actor.ppo_mini_batch_size == cfg.data.train_batch_size // (4 if algo == "reco" else 1)
         if algo == "reco":
-            assert cfg.algorithm.reco_w_max == 5.0 and cfg.algorithm.reco_pi == "self"
+            assert cfg.algorithm.reco_w_max == 5.0 and cfg.algorithm.reco_occurrence == "count_model"
         if model_tag == "smollm":
             assert cfg.data.apply_chat_template_kwargs.enable_thinking is False
         assert cfg.trainer.experiment_name == f"{name}_{algo}_s0"

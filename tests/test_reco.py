@@ -24,7 +24,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.config import ActorConfig
 
 import verl_bot.plugin
-from verl_bot.advantage.reco import compute_reco_advantage, reco_weights
+from verl_bot.advantage.reco import OCCURRENCES, compute_reco_advantage, reco_weights, repeat_counts
 from verl_bot.context import BatchContext, loss_settings, use_context, use_loss_settings
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.ppo_loss import _make_ppo_loss
@@ -61,33 +61,82 @@ def log_probs_rows(rows: list[list[float]], width: int) -> tuple[torch.Tensor, t
 
 
 # --------------------------------------------------------------------------------------------- weights
-def test_hand_computed_weights_self_normalized():
+def distinct(rows: int, width: int) -> torch.Tensor:
+    """(rows, width) token ids, no two rows alike."""
+    return torch.arange(rows)[:, None].expand(rows, width).clone()
+
+
+def test_hand_computed_weights_of_the_model_probability():
     # length-normalized probabilities: 0.5, 0.25, 0.25 (row 2: geometric mean of 0.5, 0.125, 0.25)
     lp, mask = log_probs_rows([[0.5, 0.5], [0.25], [0.5, 0.125, 0.25]], width=4)
-    w, stats = reco_weights(lp, mask, ["g", "g", "g"])
-    # pi_hat = (0.5, 0.25, 0.25); 1/(3 pi_hat) = (2/3, 4/3, 4/3), mean 10/9 -> (0.6, 1.2, 1.2)
-    torch.testing.assert_close(w, torch.tensor([0.6, 1.2, 1.2]), rtol=1e-6, atol=0)
-    assert stats["raw_mean"] == pytest.approx(10 / 9, rel=1e-6) and stats["clipped_share"] == 0
+    for occurrence, responses in (("model", None), ("count_model", distinct(3, 4))):  # no copies: the same
+        w, stats = reco_weights(lp, mask, ["g", "g", "g"], occurrence=occurrence, responses=responses)
+        # pi_hat = (0.5, 0.25, 0.25); 1/(3 pi_hat) = (2/3, 4/3, 4/3), mean 10/9 -> (0.6, 1.2, 1.2)
+        torch.testing.assert_close(w, torch.tensor([0.6, 1.2, 1.2]), rtol=1e-6, atol=0)
+        assert stats["raw_mean"] == pytest.approx(10 / 9, rel=1e-6) and stats["clipped_share"] == 0
 
 
-def test_hand_computed_weights_with_the_clip_both_modes():
+def test_hand_computed_weights_with_the_clip():
     lp, mask = log_probs_rows([[0.5], [0.05, 0.05]], width=2)
-    # absolute: 1/(2 * 0.5) = 1, 1/(2 * 0.05) = 10 -> clip 5 -> mean 3 -> (1/3, 5/3)
-    w, stats = reco_weights(lp, mask, [7, 7], pi="absolute")
-    torch.testing.assert_close(w, torch.tensor([1 / 3, 5 / 3]), rtol=1e-6, atol=0)
-    assert stats["clipped_share"] == 0.5 and stats["raw_mean"] == pytest.approx(5.5, rel=1e-6)
-    # self: pi_hat = (0.5, 0.05) / 0.55 -> 1/(2 pi_hat) = (0.55, 5.5) -> clip (0.55, 5) -> mean 2.775
-    w, _ = reco_weights(lp, mask, [7, 7], pi="self")
+    # pi_hat = (0.5, 0.05) / 0.55 -> 1/(2 pi_hat) = (0.55, 5.5) -> clip (0.55, 5) -> mean 2.775
+    w, stats = reco_weights(lp, mask, [7, 7], occurrence="model")
     torch.testing.assert_close(w, torch.tensor([0.55 / 2.775, 5 / 2.775]), rtol=1e-6, atol=0)
+    assert stats["clipped_share"] == 0.5 and stats["raw_mean"] == pytest.approx((0.55 + 5.5) / 2, rel=1e-6)
     # a larger clip leaves them alone: (0.55, 5.5) / 3.025
-    w, stats = reco_weights(lp, mask, [7, 7], w_max=10.0)
+    w, stats = reco_weights(lp, mask, [7, 7], w_max=10.0, occurrence="model")
     torch.testing.assert_close(w, torch.tensor([0.55 / 3.025, 5.5 / 3.025]), rtol=1e-6, atol=0)
     assert stats["clipped_share"] == 0
 
 
+def test_copies_of_one_response_share_its_weight():
+    # 7 copies of one response and one rarer response (length-normalized log-probs -0.05 and -0.3)
+    lp = torch.tensor([[-0.05, -0.05]] * 7 + [[-0.3, -0.3]])
+    mask = torch.ones(8, 2)
+    responses = torch.tensor([[5, 6]] * 7 + [[5, 7]])
+    index = ["g"] * 8
+    model, model_stats = reco_weights(lp, mask, index, occurrence="model")
+    # the model's probability alone: w = exp(-s) / mean exp(-s); the copies keep 6.76 of 8 (GRPO: 7 of 8)
+    mean = (7 * math.exp(0.05) + math.exp(0.3)) / 8
+    torch.testing.assert_close(model, torch.tensor([math.exp(0.05) / mean] * 7 + [math.exp(0.3) / mean]))
+    assert float(model[:7].sum()) == pytest.approx(6.76, abs=0.01) and float(model[7]) == pytest.approx(1.24, abs=0.01)
+    # the count: pi_hat = 7/8 and 1/8, raw 1/7 and 1 -> mean 1/4 -> 4/7 and 4: the copies keep 4 of 8
+    count, stats = reco_weights(lp, mask, index, occurrence="count", responses=responses)
+    torch.testing.assert_close(count, torch.tensor([4 / 7] * 7 + [4.0]))
+    assert stats["duplicate_share"] == 7 / 8 and stats["duplicate_weight"] == pytest.approx(0.5)
+    assert stats["raw_mean"] == pytest.approx((7 / 7 + 1) / 8)
+    # both: the model's weights split among the copies, raw 1 / (8 pi_hat), pi_hat = c exp(s) / sum exp(s)
+    both, _ = reco_weights(lp, mask, index, responses=responses)
+    total = 7 * math.exp(-0.05) + math.exp(-0.3)
+    raw = [total / (8 * 7 * math.exp(-0.05))] * 7 + [total / (8 * math.exp(-0.3))]
+    torch.testing.assert_close(both, torch.tensor(raw) / (sum(raw) / 8))
+    assert float(both[:7].sum()) < 4.0  # below the count's share: the copies are also the likelier response
+    assert model_stats["duplicate_share"] == 0.0  # without the response ids nothing is counted
+
+
+def test_raw_mean_reads_a_fully_collapsed_group():
+    lp, mask = torch.full((4, 3), -0.2), torch.ones(4, 3)
+    collapsed = torch.ones(4, 3, dtype=torch.long)  # four copies of one response
+    w, stats = reco_weights(lp, mask, ["g"] * 4, responses=collapsed)
+    assert torch.equal(w, torch.ones(4)) and stats["raw_mean"] == pytest.approx(1 / 4)
+    assert stats["duplicate_share"] == 1.0 and stats["duplicate_weight"] == 1.0
+    _, model_stats = reco_weights(lp, mask, ["g"] * 4, occurrence="model", responses=collapsed)
+    assert model_stats["raw_mean"] == pytest.approx(1.0)  # the model's probability cannot see the copies
+    _, spread = reco_weights(lp, mask, ["g"] * 4, responses=distinct(4, 3))
+    assert spread["raw_mean"] == pytest.approx(1.0) and spread["duplicate_share"] == 0.0
+
+
+def test_copies_are_the_same_valid_tokens_within_one_group():
+    responses = torch.tensor([[1, 2, 9], [1, 2, 8], [1, 2, 9], [1, 3, 0], [1, 2, 9]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 0]])
+    group = torch.tensor([0, 0, 0, 0, 1])
+    # rows 0 and 1: the same valid tokens [1, 2] (padding differs); row 2 is longer; row 4 is in another group
+    assert repeat_counts(responses, mask, group).tolist() == [2.0, 2.0, 1.0, 1.0, 1.0]
+    assert repeat_counts(responses, torch.zeros_like(mask), group).tolist() == [1.0] * 5  # rows without tokens
+
+
 def test_groups_singletons_and_empty_rows():
     lp, mask = log_probs_rows([[0.9], [0.1], [0.3, 0.3], [], [0.2]], width=2)
-    w, _ = reco_weights(lp, mask, ["a", "a", "b", "a", "c"])
+    w, _ = reco_weights(lp, mask, ["a", "a", "b", "a", "c"], responses=distinct(5, 2))
     assert w[2] == 1 and w[4] == 1  # a group of one
     assert w[3] == 1  # no tokens: w = 1, and not counted in its group
     torch.testing.assert_close(w[:2].mean(), torch.tensor(1.0))
@@ -96,30 +145,41 @@ def test_groups_singletons_and_empty_rows():
 
 def test_saturated_and_extreme_log_probs_stay_finite():
     lp = torch.tensor([[0.0, 0.0], [-1e4, -2e4], [-1e-9, 0.0]])
-    for pi in ("self", "absolute"):
-        w, stats = reco_weights(lp, torch.ones_like(lp), [0, 0, 0], pi=pi)
+    for occurrence in OCCURRENCES:
+        w, stats = reco_weights(lp, torch.ones_like(lp), [0, 0, 0], occurrence=occurrence, responses=distinct(3, 2))
         assert torch.isfinite(w).all() and (w > 0).all() and math.isfinite(stats["raw_mean"])
         assert w.max() <= 5.0 * 3 and w.mean() == pytest.approx(1.0, rel=1e-6)
 
 
 def test_bad_inputs_are_refused():
     lp, mask = log_probs_rows([[0.5], [0.5]], width=1)
+    ids = distinct(2, 1)
     with pytest.raises(ValueError, match="reco_w_max must be >= 1"):
-        reco_weights(lp, mask, [0, 0], w_max=0.5)
-    with pytest.raises(ValueError, match="reco_pi must be one of self, absolute"):
-        reco_weights(lp, mask, [0, 0], pi="global")
+        reco_weights(lp, mask, [0, 0], w_max=0.5, responses=ids)
+    with pytest.raises(ValueError, match="reco_occurrence must be one of count_model, count, model"):
+        reco_weights(lp, mask, [0, 0], occurrence="self", responses=ids)
+    with pytest.raises(ValueError, match="occurrence=count_model counts copies of responses: pass `responses`"):
+        reco_weights(lp, mask, [0, 0])
     with pytest.raises(ValueError, match="non-finite old log-probs"):
-        reco_weights(torch.tensor([[float("nan")], [0.0]]), mask, ["u1", "u2"])
+        reco_weights(torch.tensor([[float("nan")], [0.0]]), mask, ["u1", "u2"], responses=ids)
     with pytest.raises(ValueError, match="same"):
-        reco_weights(lp[:, :0], mask, [0, 0])
+        reco_weights(lp[:, :0], mask, [0, 0], responses=ids)
 
 
-def reference_weights(mean_lp: list[float], index: list, valid: list[bool], w_max: float, pi: str) -> list[float]:
-    """Row by row in float64: 1/(K pi_hat), clipped, divided by the group mean (1 without tokens)."""
+def reference_weights(
+    mean_lp: list[float], responses: list[tuple], index: list, valid: list[bool], w_max: float, occurrence: str
+) -> list[float]:
+    """Row by row in float64: pi_hat from the copies and/or the model, 1/(K pi_hat) clipped, divided by the group
+    mean (1 without tokens). `responses`: each row's valid token ids."""
+
+    def pi_hat(j: int, members: list[int]) -> float:
+        copies = sum(responses[m] == responses[j] for m in members) if occurrence != "model" else 1
+        if occurrence == "count":
+            return copies / len(members)
+        return copies * math.exp(mean_lp[j]) / sum(math.exp(mean_lp[m]) for m in members)
 
     def raw(j: int, members: list[int]) -> float:
-        total = sum(math.exp(mean_lp[m]) for m in members) if pi == "self" else 1.0
-        return min(1.0 / (len(members) * math.exp(mean_lp[j]) / total), w_max)
+        return min(1.0 / (len(members) * pi_hat(j, members)), w_max)
 
     out = []
     for i in range(len(mean_lp)):
@@ -138,18 +198,20 @@ def batches(draw):
     lengths = [draw(st.integers(0, width)) for _ in range(rows)]
     index = [draw(st.integers(0, 3)) for _ in range(rows)]
     lp = [[draw(st.floats(-6.0, 0.0)) for _ in range(width)] for _ in range(rows)]
-    return lp, lengths, index
+    ids = [[draw(st.integers(0, 1)) for _ in range(width)] for _ in range(rows)]  # two tokens: copies are common
+    return lp, ids, lengths, index
 
 
 @settings(max_examples=200, deadline=None)
-@given(batches(), st.sampled_from(["self", "absolute"]), st.sampled_from([1.0, 2.0, 5.0]))
-def test_weights_match_the_slow_reference(batch, pi, w_max):
-    lp, lengths, index = batch
+@given(batches(), st.sampled_from(OCCURRENCES), st.sampled_from([1.0, 2.0, 5.0]))
+def test_weights_match_the_slow_reference(batch, occurrence, w_max):
+    lp, ids, lengths, index = batch
     width = len(lp[0])
     mask = torch.tensor([[1.0 if t < n else 0.0 for t in range(width)] for n in lengths])
-    w, _ = reco_weights(torch.tensor(lp), mask, index, w_max=w_max, pi=pi)
+    w, _ = reco_weights(torch.tensor(lp), mask, index, w_max=w_max, occurrence=occurrence, responses=torch.tensor(ids))
     mean_lp = [sum(row[:n]) / n if n else 0.0 for row, n in zip(lp, lengths, strict=True)]
-    expected = reference_weights(mean_lp, index, [n > 0 for n in lengths], w_max, pi)
+    valid_ids = [tuple(row[:n]) for row, n in zip(ids, lengths, strict=True)]
+    expected = reference_weights(mean_lp, valid_ids, index, [n > 0 for n in lengths], w_max, occurrence)
     torch.testing.assert_close(w, torch.tensor(expected, dtype=torch.float32), rtol=1e-5, atol=1e-6)
 
 
@@ -180,7 +242,7 @@ def test_equal_sequence_probabilities_give_exactly_grpo():
         ]
     )
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True})
-    ctx = BatchContext(tensors={"old_log_probs": old})
+    ctx = BatchContext(tensors={"old_log_probs": old, "responses": distinct(6, 4)})
     with use_context(ctx):
         adv, ret = get_adv_estimator_fn("reco")(
             token_level_rewards=rewards, response_mask=mask, index=index, config=config
@@ -195,24 +257,33 @@ def test_equal_sequence_probabilities_give_exactly_grpo():
 def test_estimator_is_grpo_times_the_weights():
     rewards, mask, index = grpo_inputs()
     old = torch.log(torch.rand(6, 4, generator=torch.Generator().manual_seed(1)).clamp(min=0.05))
-    config = OmegaConf.create({"norm_adv_by_std_in_grpo": False, "reco_w_max": 2.0, "reco_pi": "absolute"})
-    ctx = BatchContext(tensors={"old_log_probs": old})
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": False, "reco_w_max": 2.0})
+    responses = distinct(6, 4)
+    responses[1] = responses[0]  # rows 0 and 1 of group a: the same ids, but of 4 and 2 valid tokens
+    ctx = BatchContext(tensors={"old_log_probs": old, "responses": responses})
     with use_context(ctx):
         adv, _ = compute_reco_advantage(rewards, mask, index, config=config)
     grpo, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=False)
-    w, _ = reco_weights(old, mask, index, w_max=2.0, pi="absolute")
+    w, stats = reco_weights(old, mask, index, w_max=2.0, responses=responses)
     torch.testing.assert_close(adv, grpo * w[:, None])
     assert not torch.allclose(w, torch.ones(6))
     assert ctx.metrics["reco/w_max"] == pytest.approx(float(w.max()))
     assert ctx.metrics["reco/w_mean"] == pytest.approx(1.0, rel=1e-6)
-    mean_lp = (old * mask).sum(1) / mask.sum(1)
-    assert ctx.metrics["reco/w_raw_mean"] == pytest.approx(float((1 / (3 * mean_lp.exp())).mean()), rel=1e-6)
+    assert ctx.metrics["reco/w_raw_mean"] == pytest.approx(stats["raw_mean"])
+    assert ctx.metrics["reco/duplicate_share"] == 0.0  # rows 0 and 1 differ in length: not copies
+    mask[1] = 1.0  # now they are
+    with use_context(ctx):
+        compute_reco_advantage(rewards, mask, index, config=config)
+    assert ctx.metrics["reco/duplicate_share"] == pytest.approx(2 / 6)
 
 
 def test_estimator_without_old_log_probs_is_one_clear_error():
     rewards, mask, index = grpo_inputs()
-    with pytest.raises(VerlBotConfigError, match="adv_estimator=reco needs the batch's old log-probs"):
+    with pytest.raises(VerlBotConfigError, match="adv_estimator=reco needs the batch's old log-probs and response"):
         compute_reco_advantage(rewards, mask, index)
+    with use_context(BatchContext(tensors={"old_log_probs": torch.zeros(6, 4)})):
+        with pytest.raises(VerlBotConfigError, match=r"\(responses missing\)"):
+            compute_reco_advantage(rewards, mask, index)
 
 
 # ------------------------------------------------------------------------------------------------ loss
@@ -240,10 +311,10 @@ def test_gradient_at_theta_old_is_w_rvar_a_grad_log_pi():
     rewards, mask, index = grpo_inputs()
     lp = model()
     old = lp.detach().clone()
-    ctx = BatchContext(tensors={"old_log_probs": old})
+    ctx = BatchContext(tensors={"old_log_probs": old, "responses": model.tokens})
     with use_context(ctx):
         adv, _ = compute_reco_advantage(rewards, mask, index)
-    w, _ = reco_weights(old, mask, index)
+    w, _ = reco_weights(old, mask, index, responses=model.tokens)
     grpo, _ = compute_grpo_outcome_advantage(rewards, mask, index)
     loss, metrics = get_policy_loss_fn("reco")(old, lp, adv, mask.bool(), "token-mean", actor_config(), None)
     r_var, _ = variance_ratio(lp, old, cap=CLIP_C)
@@ -424,10 +495,11 @@ def test_the_loss_knobs_are_the_algorithm_keys_of_the_loss():
 @pytest.mark.parametrize(
     "estimator, algorithm, message",
     [
-        ("grpo", {"reco_wmax": 3}, "unknown ReCo setting(s) algorithm.reco_wmax; known: reco_pi, reco_rvar_cap"),
-        ("reco", {"reco_w_max": 0.5}, "+algorithm.reco_w_max=0.5, reco_pi='self': reco_w_max must be >= 1"),
-        ("reco", {"reco_pi": "global"}, "+algorithm.reco_w_max=5.0, reco_pi='global': reco_pi must be one of self,"),
-        ("reco", {"reco_w_max": "many"}, "+algorithm.reco_w_max='many', reco_pi='self': could not convert"),
+        ("grpo", {"reco_wmax": 3}, "unknown ReCo setting(s) algorithm.reco_wmax; known: reco_occurrence, reco_rvar"),
+        ("reco", {"reco_pi": "self"}, "unknown ReCo setting(s) algorithm.reco_pi; known: reco_occurrence,"),
+        ("reco", {"reco_w_max": 0.5}, "+algorithm.reco_w_max=0.5, reco_occurrence='count_model': reco_w_max must"),
+        ("reco", {"reco_occurrence": "x"}, "+algorithm.reco_w_max=5.0, reco_occurrence='x': reco_occurrence must be"),
+        ("reco", {"reco_w_max": "many"}, "+algorithm.reco_w_max='many', reco_occurrence='count_model': could not"),
         ("grpo", {"reco_rvar_cap": -1}, "+algorithm.reco_rvar_cap must be > 0"),
         ("grpo", {"reco_rvar_floor": 0.5}, "+algorithm.reco_rvar_floor must be in (0, 0.25]"),
     ],

@@ -1,7 +1,9 @@
 """Advantage estimators: pure tensor functions, one module per method; their table and registration in verl.
 
 `ESTIMATORS` says, per estimator, what it reads besides verl's registry arguments:
-`streams` (named reward streams of the `bot` manager, `verl_bot.streams`) and
+`streams` (named reward streams of the `bot` manager, `verl_bot.streams`), `fields`
+(other fields of the trajectories, e.g. the response ids, which the trainer hook
+reads from TransferQueue into the batch context's `tensors`) and
 `token_level` (it reads the dense per-token rewards of the `bot` manager, so a
 scalar reward on the last token, or KL folded into the rewards, would make its
 advantages meaningless: the start-up checks refuse both). A new estimator is a
@@ -26,6 +28,7 @@ class EstimatorSpec:
     fn: Callable[..., Any]
     streams: tuple[str, ...] = ()
     token_level: bool = True
+    fields: tuple[str, ...] = ()  # TransferQueue fields of the trajectories, padded like the rewards
     options: Callable[[Any], Any] | None = None  # parses the estimator's knobs from `algorithm` (raises if bad)
 
 
@@ -36,7 +39,9 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     # GRPO-VPS: GRPO on the scalar score plus belief progress from the `vps_single_turn` agent loop's probes
     "vps": EstimatorSpec(vps.compute_vps_advantage, token_level=False, options=vps.VPSSettings.from_config),
     # GRPO on the summed rewards (any reward manager), times ReCo's response weights
-    "reco": EstimatorSpec(reco.compute_reco_advantage, token_level=False, options=reco.reco_options),
+    "reco": EstimatorSpec(
+        reco.compute_reco_advantage, token_level=False, options=reco.reco_options, fields=reco.FIELDS
+    ),
     # GRPO's advantage; its token weights are applied in the actor update (verl_bot.hooks.engine_forward_step)
     "grail": EstimatorSpec(compute_grail_advantage, token_level=False, options=GrailSettings.from_config),
 }

@@ -5,25 +5,35 @@ expected occurrence in the group, so that the few responses a concentrated
 policy keeps resampling do not drown out the rare ones:
 
     A_i = GRPO(R)_i = (R_i - mean_g R) / (std_g R + eps)      verl's `grpo` on the summed token rewards
+    c_i = #{j in g: o_j = o_i}                                  copies of response i in its group (itself included)
     s_i = (1/L_i) * sum_t log pi_old(o_i,t | h_i,t)             length-normalized sequence log-prob
-    pi_hat_i = exp(s_i) / sum_{j in g} exp(s_j)                 "self" (default): normalized within the group
-             = exp(s_i)                                         "absolute"
+    pi_hat_i = c_i * exp(s_i) / sum_{j in g} exp(s_j)           occurrence=count_model (default)
+             = c_i / K                                          occurrence=count
+             = exp(s_i) / sum_{j in g} exp(s_j)                 occurrence=model
     w_i = 1 / (K * pi_hat_i),  w_i <- min(w_i, w_max),  w_i <- w_i / mean_{j in g} w_j
     advantage_i,t = w_i * A_i   on every response token
 
-K is the number of the group's rollouts. What is the paper's: w_i = 1/(G *
-pi_old(o_i|q)) and clipping the weights (w_max = 5, from a reimplementation).
-Ours, where the paper's text was not available: pi is length-normalized (the
-raw sequence probability makes 1/(K pi) astronomically large), normalized
-within the group by default (all responses equally likely gives w = 1, i.e.
-exactly GRPO), and the weights are rescaled to a group mean of 1 after the
-clip. A group of one rollout gets w = 1; rows without tokens get w = 1 and take
-no part in their group. All sums run in log space: never inf or NaN.
+K is the number of the group's rollouts; two responses are copies when their valid
+token ids are the same. What is the paper's: w_i = 1/(G * pi_old(o_i|q)), the
+response's expected number of occurrences among G samples, and clipping the
+weights (w_max = 5, from a reimplementation). Ours, where the paper's text was not
+available: pi is length-normalized (the raw sequence probability makes 1/(K pi)
+astronomically large) and normalized within the group; the count c_i, the
+occurrence the group itself shows; the weights rescaled to a group mean of 1
+after the clip. `model` alone is nearly inert: after the rescale its weights are
+exp(-s_i) / mean_g exp(-s), which 7 copies of one response and 1 rarer one
+(s = -0.05, -0.3) turn into 0.966 and 1.24, the copies keeping 6.76/8 of the
+weight (7/8 under GRPO); with the count they keep 4/8: each distinct response of
+equal likelihood weighs the same, however often it was sampled. `count_model`
+is `model` with each response's share multiplied by its copies: `count` when
+the responses are equally likely, `model` when none repeats.
 
-The old log-probs are not among verl's registry arguments: the batch context
+A group of one rollout gets w = 1; rows without tokens get w = 1 and take no part
+in their group. All sums run in log space: never inf or NaN. The old log-probs and
+the response ids are not among verl's registry arguments: the batch context
 (`verl_bot.context`, filled by the trainer hooks) carries them. A positive
-per-response weight commutes with PPO's clip, so folding it into A is exact
-for verl's vanilla (dual-clip) loss.
+per-response weight commutes with PPO's clip, so folding it into A is exact for
+verl's vanilla (dual-clip) loss.
 """
 
 from __future__ import annotations
@@ -41,31 +51,47 @@ from verl_bot.context import current, report_metrics
 from verl_bot.errors import VerlBotConfigError
 
 DEFAULT_W_MAX = 5.0
-PI_MODES = ("self", "absolute")
-KNOBS = ("reco_w_max", "reco_pi")  # `+algorithm.<knob>`, read by `reco_options`
+OCCURRENCES = ("count_model", "count", "model")  # the first is the default
+KNOBS = ("reco_w_max", "reco_occurrence")  # `+algorithm.<knob>`, read by `reco_options`
+FIELDS = ("responses",)  # trajectory fields read from the batch context (the copies' token ids)
 
 
-def check_weight_knobs(w_max: float, pi: str) -> None:
-    """Raise ValueError for a weight clip below 1 or an unknown pi mode."""
+def check_weight_knobs(w_max: float, occurrence: str) -> None:
+    """Raise ValueError for a weight clip below 1 or an unknown occurrence estimate."""
     if not w_max >= 1.0:
         raise ValueError(f"reco_w_max must be >= 1 (the weights are rescaled to a group mean of 1), got {w_max}")
-    if pi not in PI_MODES:
-        raise ValueError(f"reco_pi must be one of {', '.join(PI_MODES)}, got {pi!r}")
+    if occurrence not in OCCURRENCES:
+        raise ValueError(f"reco_occurrence must be one of {', '.join(OCCURRENCES)}, got {occurrence!r}")
 
 
 def reco_options(algorithm: Any) -> dict[str, Any]:
     """The keyword arguments of `reco_weights` from verl's `algorithm` config (None: the defaults).
 
-    Keys: `reco_w_max` (5.0) and `reco_pi` ("self"), set with `+algorithm.<key>=...`. Raises VerlBotConfigError
-    (a ValueError) naming the key for a bad value (also at start-up: `verl_bot.preflight`).
+    Keys: `reco_w_max` (5.0) and `reco_occurrence` ("count_model"), set with `+algorithm.<key>=...`. Raises
+    VerlBotConfigError (a ValueError) naming the key for a bad value (also at start-up: `verl_bot.preflight`).
     """
     get = algorithm.get if algorithm is not None else (lambda key, default=None: default)
-    w_max, pi = get("reco_w_max", DEFAULT_W_MAX), get("reco_pi", "self")
+    w_max, occurrence = get("reco_w_max", DEFAULT_W_MAX), get("reco_occurrence", OCCURRENCES[0])
     try:
-        check_weight_knobs(float(w_max), str(pi))
+        check_weight_knobs(float(w_max), str(occurrence))
     except (TypeError, ValueError) as exc:
-        raise VerlBotConfigError(f"+algorithm.reco_w_max={w_max!r}, reco_pi={pi!r}: {exc}") from exc
-    return {"w_max": float(w_max), "pi": str(pi)}
+        raise VerlBotConfigError(f"+algorithm.reco_w_max={w_max!r}, reco_occurrence={occurrence!r}: {exc}") from exc
+    return {"w_max": float(w_max), "occurrence": str(occurrence)}
+
+
+def repeat_counts(responses: torch.Tensor, response_mask: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """c_i: how many rows of row i's group hold the same response (the same valid token ids), itself included.
+
+    Args:
+        responses: (B, T) token ids. response_mask: (B, T) 1 on response tokens. group: (B,) group ids.
+
+    Returns:
+        (B,) float64 counts >= 1 (1 for a row without tokens).
+    """
+    mask = response_mask != 0
+    key = torch.cat([group[:, None], torch.where(mask, responses.long(), -1)], dim=1)  # (B, 1 + T)
+    _, inverse, counts = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
+    return torch.where(mask.any(dim=1), counts[inverse].double(), 1.0)
 
 
 @torch.no_grad()
@@ -74,7 +100,8 @@ def reco_weights(
     response_mask: torch.Tensor,
     index: np.ndarray | list,
     w_max: float = DEFAULT_W_MAX,
-    pi: str = "self",
+    occurrence: str = OCCURRENCES[0],
+    responses: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """ReCo's per-response weights, vectorized over rows and groups.
 
@@ -83,57 +110,83 @@ def reco_weights(
         response_mask: (B, T) 1 for response tokens, 0 for padding.
         index: (B,) group label of each row (verl's `uid`).
         w_max: clip of the raw weights 1/(K pi_hat), >= 1.
-        pi: "self" (pi_hat normalized within the group) or "absolute" (pi_hat = exp(mean log-prob)).
+        occurrence: count_model | count | model, the estimate pi_hat (module docstring).
+        responses: (B, T) token ids; needed by `count` and `count_model` (and for the duplicate metrics).
 
     Returns:
         weights: (B,) float32, > 0; each group's rows with tokens average 1; 1 for rows without tokens.
-        stats: `raw_mean` (mean of 1/(K pi_hat) over rows with tokens, >= 1 for "self": how concentrated the
-            groups are) and `clipped_share` (share of those rows whose raw weight exceeded w_max).
+        stats: `raw_mean` (mean of 1/(K pi_hat) over rows with tokens, before the clip: 1 when every response
+            is distinct and equally likely; with a count, 1/K when every group is K copies of one response;
+            `model` alone gives at least 1, and exactly 1 for such a group, whose repeats it cannot see),
+            `clipped_share` (share of those rows whose raw weight exceeded w_max), `duplicate_share` (share of
+            them with a copy in their group) and `duplicate_weight` (the copies' share of their weight: the
+            same as `duplicate_share` under GRPO, w = 1); the last two 0 without `responses`.
     """
     if old_log_probs.shape != response_mask.shape or old_log_probs.dim() != 2:
         raise ValueError(
             f"reco weights: old_log_probs {tuple(old_log_probs.shape)} and response_mask "
             f"{tuple(response_mask.shape)} must be the same (B, T) shape"
         )
-    check_weight_knobs(w_max, pi)
+    check_weight_knobs(w_max, occurrence)
     if index is None or len(index) != old_log_probs.shape[0]:
         raise ValueError("reco weights need one group id (uid) per row")
+    if responses is None and occurrence != "model":
+        raise ValueError(f"reco weights: occurrence={occurrence} counts copies of responses: pass `responses`")
+    if responses is not None and responses.shape != response_mask.shape:
+        raise ValueError(f"reco weights: responses {tuple(responses.shape)}, mask {tuple(response_mask.shape)}")
     batch = old_log_probs.shape[0]
     if batch == 0:
-        return old_log_probs.new_ones(0, dtype=torch.float32), {"raw_mean": 1.0, "clipped_share": 0.0}
+        empty = {"raw_mean": 1.0, "clipped_share": 0.0, "duplicate_share": 0.0, "duplicate_weight": 0.0}
+        return old_log_probs.new_ones(0, dtype=torch.float32), empty
 
     mask = response_mask != 0
     valid = mask.any(dim=1)  # (B,)
     raise_for_rows(
         "reco weights: non-finite old log-probs (NaN/inf)", (~torch.isfinite(old_log_probs) & mask).any(dim=1), index
     )
-    lengths = mask.sum(dim=1).clamp(min=1).float()
-    s = torch.where(mask, old_log_probs.float(), 0.0).sum(dim=1) / lengths  # (B,) s_i, <= 0
-
     group = as_torch_index(index, device=old_log_probs.device)
     num_groups = int(group.max()) + 1
-    count = group_sum(valid.float(), group, num_groups)  # (G,) K
-    log_k = count.clamp(min=1.0).log()[group]  # (B,)
-    if pi == "self":
-        # log w_i = log sum_j exp(s_j) - log K - s_i, with the group max taken out of the sum
-        s_in = torch.where(valid, s, -torch.inf)
-        top = torch.full((num_groups,), -torch.inf, device=s.device).scatter_reduce(0, group, s_in, "amax")
-        top = torch.where(torch.isfinite(top), top, 0.0)  # groups without valid rows
-        lse = group_sum(torch.where(valid, (s - top[group]).exp(), 0.0), group, num_groups).clamp(min=1e-30).log()
-        log_w = lse[group] + top[group] - log_k - s
+    count = group_sum(valid.double(), group, num_groups)  # (G,) K
+    copies = (
+        repeat_counts(responses, response_mask, group) if responses is not None
+        else torch.ones(batch, dtype=torch.float64, device=old_log_probs.device)
+    )
+    log_share = torch.zeros(batch, dtype=torch.float64, device=old_log_probs.device)  # log pi_hat_i
+    if occurrence != "model":
+        log_share += copies.log()
+    if occurrence != "count":
+        lengths = mask.sum(dim=1).clamp(min=1).double()
+        s = torch.where(mask, old_log_probs.double(), 0.0).sum(dim=1) / lengths  # (B,) s_i, <= 0
+        log_share += s - _group_logsumexp(torch.where(valid, s, -torch.inf), group, num_groups)[group]
     else:
-        log_w = -log_k - s  # >= -log K: s <= 0
-    raw = log_w.exp()  # may be inf for "absolute" on very unlikely responses; only its clip is used below
+        log_share -= count.clamp(min=1.0).log()[group]
+    log_w = -count.clamp(min=1.0).log()[group] - log_share  # log 1/(K pi_hat)
+    raw = log_w.exp()  # may be inf for a very unlikely response; only its clip is used below
     clipped = log_w > math.log(w_max)
     w = torch.where(valid, log_w.clamp(max=math.log(w_max)).exp(), 0.0)  # each in [1/K, w_max]
     mean = group_sum(w, group, num_groups) / count.clamp(min=1.0)
     weights = torch.where(valid, w / mean[group].clamp(min=1e-30), 1.0)
     n_valid = max(int(valid.sum()), 1)
+    copied = valid & (copies >= 2) if responses is not None else torch.zeros_like(valid)
     stats = {
         "raw_mean": float(torch.where(valid, raw.clamp(max=torch.finfo(torch.float32).max), 0.0).sum() / n_valid),
         "clipped_share": float((clipped & valid).sum()) / n_valid,
+        "duplicate_share": float(copied.sum()) / n_valid,
+        "duplicate_weight": float(weights[copied].sum() / weights[valid].sum().clamp(min=1e-30)),
     }
-    return weights, stats
+    return weights.float(), stats
+
+
+def _group_logsumexp(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """(G,) log sum_{i in g} exp(values_i) with each group's max taken out; -inf values drop out.
+
+    values: (B,) float64, -inf for rows that take no part. Groups without a finite value get 0.
+    """
+    top = torch.full((num_groups,), -torch.inf, dtype=values.dtype, device=values.device)
+    top = top.scatter_reduce(0, group, values, "amax")
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    total = group_sum(torch.where(torch.isfinite(values), (values - top[group]).exp(), 0.0), group, num_groups)
+    return total.clamp(min=1e-300).log() + top
 
 
 def compute_reco_advantage(
@@ -145,10 +198,11 @@ def compute_reco_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl adapter (registered as `algorithm.adv_estimator=reco`): verl's `grpo` advantage times ReCo's weights.
 
-    Reads `old_log_probs` from the batch context (`verl_bot.context.current().tensors`), and from the
-    `algorithm` config `reco_w_max` (5.0), `reco_pi` ("self") and verl's own `norm_adv_by_std_in_grpo`
-    (set with `+algorithm.reco_w_max=...`). Reports `reco/w_mean`, `reco/w_max`, `reco/w_min`,
-    `reco/w_raw_mean` and `reco/w_clipped_share` to the step's metrics.
+    Reads `old_log_probs` and `responses` from the batch context (`verl_bot.context.current().tensors`), and
+    from the `algorithm` config `reco_w_max` (5.0), `reco_occurrence` ("count_model") and verl's own
+    `norm_adv_by_std_in_grpo` (set with `+algorithm.reco_w_max=...`). Reports `reco/w_mean`, `reco/w_max`,
+    `reco/w_min`, `reco/w_raw_mean`, `reco/w_clipped_share`, `reco/duplicate_share` and
+    `reco/duplicate_weight` (`reco_weights`' stats) to the step's metrics.
 
     Args:
         token_level_rewards: (B, T), summed per row as in verl's `grpo`. response_mask: (B, T). index: (B,) uids.
@@ -159,13 +213,16 @@ def compute_reco_advantage(
     get = config.get if config is not None else (lambda key, default=None: default)
     options = reco_options(config)
     ctx = current()
-    old_log_probs = ctx.tensors.get("old_log_probs") if ctx is not None else None
-    if old_log_probs is None:
+    tensors = ctx.tensors if ctx is not None else {}
+    missing = [name for name in ("old_log_probs", *FIELDS) if name not in tensors]
+    if missing:
         raise VerlBotConfigError(
-            "adv_estimator=reco needs the batch's old log-probs (old_log_probs), which verl-bot's trainer hooks "
-            "put in the batch context; outside verl's v1 trainer call `reco_weights` directly"
+            f"adv_estimator=reco needs the batch's old log-probs and response ids ({', '.join(missing)} missing), "
+            "which verl-bot's trainer hooks put in the batch context; outside verl's v1 trainer call "
+            "`reco_weights` directly"
         )
-    weights, stats = reco_weights(old_log_probs, response_mask, index, **options)
+    responses = tensors["responses"].to(response_mask.device)
+    weights, stats = reco_weights(tensors["old_log_probs"], response_mask, index, responses=responses, **options)
     advantages, _ = compute_grpo_outcome_advantage(
         token_level_rewards=token_level_rewards,
         response_mask=response_mask,
@@ -183,6 +240,8 @@ def compute_reco_advantage(
             "reco/w_min": float(shown.min()),
             "reco/w_raw_mean": stats["raw_mean"],
             "reco/w_clipped_share": stats["clipped_share"],
+            "reco/duplicate_share": stats["duplicate_share"],
+            "reco/duplicate_weight": stats["duplicate_weight"],
         }
     )
     return advantages, advantages

@@ -5,7 +5,8 @@ one of its estimators:
 
 1. read the batch's rows from TransferQueue: each trajectory's `extra_fields`
    (`reward_extra_info`: `scorer_failed`, the scorer's error, ...), the reward
-   streams the configured estimator declared (`verl_bot.streams`), and the
+   streams and the other trajectory fields the configured estimator declared
+   (`verl_bot.streams`; `EstimatorSpec.fields`, e.g. ReCo's `responses`), and the
    padding tags (`is_padding`, rows verl adds to fill a batch);
 2. stop the run when the scorers keep failing: a failure share above
    `reward.reward_kwargs.bot.max_failure_rate` for `failure_patience`
@@ -59,14 +60,21 @@ def fetch_rows(batch: Any) -> list[dict]:
     ]
 
 
-def fetch_streams(batch: Any, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    """Read the streams `names` of a v1 trainer batch (KVBatchMeta) from TransferQueue, right-padded (B, T)."""
+def fetch_padded(batch: Any, fields: list[str]) -> dict[str, torch.Tensor]:
+    """The trajectory fields `fields` of a v1 trainer batch (KVBatchMeta) from TransferQueue, right-padded
+    (B, T) like verl pads `rm_scores` (rows in `batch.keys` order)."""
     import transfer_queue as tq
 
+    padded = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    padded = padded.to_padded_tensor()
+    return {name: padded[name] for name in fields}
+
+
+def fetch_streams(batch: Any, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Read the streams `names` of a v1 trainer batch (KVBatchMeta) from TransferQueue, right-padded (B, T)."""
     fields = [FIELD_PREFIX + name for name in names]
     try:
-        padded = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        padded = padded.to_padded_tensor()
+        padded = fetch_padded(batch, fields)
     except Exception as exc:  # noqa: BLE001 - a missing field surfaces as backend-specific errors
         raise StreamsUnavailable(
             f"the batch has no reward streams {fields} ({type(exc).__name__}: {exc}). They are written by "
@@ -128,6 +136,8 @@ def _advantage_with_context(original, trainer, batch, metrics, *args, **kwargs):
         metrics["verl_bot/scorer_failed_rows"] = float(ctx.failed.sum())
     if spec is not None and spec.streams:
         ctx.streams = fetch_streams(batch, spec.streams)
+    if spec is not None and spec.fields:
+        ctx.tensors.update(fetch_padded(batch, list(spec.fields)))
     with use_context(ctx):
         result = original(trainer, batch, metrics, *args, **kwargs)
     metrics.update(ctx.metrics)
