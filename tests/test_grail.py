@@ -351,7 +351,7 @@ def grail_config(*extra):
         (["actor_rollout_ref.model.use_fused_kernels=true"], "use_fused_kernels=true"),
         (["+algorithm.grail_rollout_symmetry=both_ways"], "grail_rollout_symmetry='both_ways'"),
         (["+algorithm.grail_leaf_source=lm_head"], "grail_leaf_source"),
-        (["reward.reward_manager.name=bot"], "token_level=false"),
+        (["reward.reward_manager.name=bot", "+reward.reward_kwargs.bot.token_level=true"], "token_level=false"),
     ],
 )
 def test_unsupported_setups_are_refused_at_start_up_with_one_line(extra, message):
@@ -369,3 +369,58 @@ def test_supported_setups_pass_the_start_up_checks():
     check_config(grail_config())
     check_config(grail_config("actor_rollout_ref.actor.use_dynamic_bsz=true", "+algorithm.grail_w_max=3"))
     check_config(grail_config("reward.reward_manager.name=bot", "+reward.reward_kwargs.bot.token_level=false"))
+    check_config(grail_config("reward.reward_manager.name=bot"))  # unset: one reward per response
+
+
+@pytest.mark.parametrize("layout", ["packed", "padded"])
+def test_the_lm_head_computes_only_each_answer_positions_own_logits(tiny_model, layout):
+    """Padded rows: `logits_to_keep` keeps the union of the answer columns for every row, (R, columns, V); the
+    pre-hook leaves the lm_head each answer position's own row only, (1, N_answer, V)."""
+    from verl_bot.hooks.engine_forward_step import response_positions
+
+    seqs, prompts, answers = make_sequences(tiny_model.config.vocab_size)
+    seq_lens = torch.tensor([len(s) for s in seqs])
+    rows, cols, _, _ = response_positions(seq_lens, seq_lens - torch.tensor(prompts), packed=layout == "packed")
+    labels = torch.cat([s[p:] for s, p in zip(seqs, prompts, strict=True)])
+    answer = torch.cat(answers)
+    seen = []
+    head = tiny_model.get_output_embeddings().register_forward_hook(lambda m, args, out: seen.append(out.shape))
+    try:
+        inputs = packed_inputs(seqs) if layout == "packed" else padded_inputs(seqs)
+        answer_saliency(tiny_model, inputs, rows, cols, labels, answer, torch.ones(len(labels)))
+    finally:
+        head.remove()
+    # 8 answer tokens (3, 0, 3 and 2 per sequence) in 8 distinct columns; without the pre-hook the padded
+    # layout's lm_head would get (4 rows, 8 kept columns): 32 positions of logits
+    assert int(answer.sum()) == 8 and len(torch.unique(cols[answer])) == 8
+    assert seen == [torch.Size([1, 8, tiny_model.config.vocab_size])]
+
+
+def test_saliency_is_timed_without_synchronizing_unless_asked(monkeypatch):
+    from verl_bot.hooks import engine_forward_step as hook
+
+    calls = []
+    monkeypatch.setattr(hook, "_sync_device", lambda: calls.append(1))
+    monkeypatch.setattr(hook, "micro_batch_weights", lambda engine, mb, settings: ([], {}))
+    monkeypatch.setattr("verl.utils.device.get_device_id", lambda: "cpu")
+
+    class MicroBatch(dict):
+        def to(self, device):
+            return self
+
+    def original(self, micro_batch, loss_function, forward_only):
+        return "ran"
+
+    step = hook._make_forward_step(original)
+    for sync, expected in ((False, 0), (True, 2)):
+        calls.clear()
+        batch = MicroBatch({hook.SPAN_FIELD: None})
+        monkeypatch.setattr(
+            "verl.utils.tensordict_utils.get_non_tensor_data",
+            lambda data, key, default, sync=sync: {**GrailSettings().as_dict(), "sync_timing": sync},
+        )
+        assert step(object(), batch, loss_function=lambda **kw: None, forward_only=False) == "ran"
+        assert len(calls) == expected
+    assert GrailSettings.from_config({"grail_sync_timing": True}).sync_timing is True
+    with pytest.raises(ValueError, match="grail_sync_timing='yes': must be true or false"):
+        GrailSettings.from_config({"grail_sync_timing": "yes"})

@@ -104,8 +104,10 @@ def make_batch(tokenizer, responses, data_source="toy_lint", uids=None, pad_to=2
 
 
 def worker_for(tiny_model_dir, *extra):
+    """verl's reward-loop worker with the `bot` manager, for `bot` (its dense rewards) unless `extra` says otherwise."""
     config = compose_verl_config(
-        [f"actor_rollout_ref.model.path={tiny_model_dir}", "reward.reward_manager.name=bot", *extra]
+        [f"actor_rollout_ref.model.path={tiny_model_dir}", "reward.reward_manager.name=bot",
+         "algorithm.adv_estimator=bot", *extra]
     )
     return RewardLoopWorker(config), config
 

@@ -299,3 +299,21 @@ def test_local_signal_is_clipped_per_token():
     s = np.array([-3.0, -0.5, 0.0, 2.0])
     np.testing.assert_array_equal(clip_local(s, 1.0), [-1.0, -0.5, 0.0, 1.0])
     np.testing.assert_array_equal(clip_local(s, 0.0), s)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gspo", "rloo", "gae", "reco", "vps", "grail"])
+def test_the_bot_manager_gives_a_scalar_estimator_one_reward_per_response_unless_told_otherwise(tmp_path, estimator):
+    """Unset (`auto`), `token_level` is true only for the estimators that read dense token rewards; set to true for
+    another one, it would sum G over the tokens (a reward that grows with the length): refused in one line."""
+    cfg = config(tmp_path, f"algorithm.adv_estimator={estimator}", "reward.reward_manager.name=bot")
+    assert manager_settings(cfg)["token_level"] is False
+    for dense in ("bot", "pure", "pass"):
+        cfg.algorithm.adv_estimator = dense
+        assert manager_settings(cfg)["token_level"] is True
+    cfg = config(tmp_path, f"algorithm.adv_estimator={estimator}", "reward.reward_manager.name=bot",
+                 "+reward.reward_kwargs.bot.token_level=true")
+    with pytest.raises(VerlBotConfigError, match=f"token_level=true with adv_estimator={estimator}: the bot manager"):
+        check_config(cfg)
+    bad = config(tmp_path, *BOT, "+reward.reward_kwargs.bot.token_level=sometimes")
+    with pytest.raises(VerlBotConfigError, match="token_level must be true, false or auto, got 'sometimes'"):
+        check_config(bad)

@@ -13,6 +13,11 @@ Refused:
   rewards: another reward manager (one scalar on the last token) or the `bot`
   manager with `token_level=false` (unless `+algorithm.bot_broadcast_scalar=true`
   for `bot`: each response's scalar spread over its tokens, Eq. 4 with S = 0);
+- the opposite, the `bot` manager with `token_level=true` set for an estimator
+  that does not read dense rewards (verl's `grpo`, `gspo`, `rloo`, `gae`, ...;
+  `reco`, `vps`, `grail`): it would sum G over the response's tokens, a reward
+  that grows with the length. Left unset (`auto`), such an estimator gets one
+  reward per response (`verl_bot.rewards.settings.manager_settings`);
 - `algorithm.use_kl_in_reward=true` with such an estimator: the per-token KL
   would be standardized like a reward (divided by a tied group's tiny std);
   use the actor's KL loss (`actor_rollout_ref.actor.use_kl_loss=true`);
@@ -39,8 +44,7 @@ Refused:
   or not tested: an actor strategy other
   than `fsdp2` (FSDP1 needs an accelerator and is untested; Megatron, veomni,
   ... have no hook), Ulysses sequence parallelism, fused kernels (no logits),
-  distillation, or the `bot` manager's dense token rewards (GRAIL reweights
-  GRPO's one advantage per response: `token_level=false`).
+  or distillation.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from verl_bot.losses import loss_name
 from verl_bot.losses import reco as reco_loss
 from verl_bot.probing import answer_text, probe_params
 from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
-from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
+from verl_bot.rewards.settings import bot_manager_in_use, manager_settings, reads_dense_rewards, user_settings
 
 BROADCAST_KEY = "bot_broadcast_scalar"
 logger = logging.getLogger("verl_bot")
@@ -205,8 +209,8 @@ def _reco_problem(config: Any, estimator: str) -> str | None:
     return None
 
 
-def grail_problem(config: Any, settings: dict | None) -> str | None:
-    """Why `adv_estimator=grail` cannot run with `config` (one line), or None. `settings`: the bot manager's.
+def grail_problem(config: Any) -> str | None:
+    """Why `adv_estimator=grail` cannot run with `config` (one line), or None.
 
     Its knobs are checked by the estimator's own parser (`GrailSettings.from_config`, the `options` of its row).
     """
@@ -236,11 +240,6 @@ def grail_problem(config: Any, settings: dict | None) -> str | None:
         )
     if (config.get("distillation") or {}).get("enabled", False):
         return "adv_estimator=grail with distillation.enabled=true is not supported; disable distillation"
-    if settings is not None and bool(settings["token_level"]):
-        return (
-            "adv_estimator=grail reweights GRPO's one advantage per response, but the bot reward manager gives a "
-            "reward on every token (token_level=true); set +reward.reward_kwargs.bot.token_level=false"
-        )
     return None
 
 
@@ -265,8 +264,15 @@ def check_config(config: Any) -> None:
     settings = manager_settings(config) if bot_manager else None
     if spec is not None and spec.options is not None:
         spec.options(config.algorithm)
+    if bot_manager and not reads_dense_rewards(estimator) and user_settings(config).get("token_level") is True:
+        raise VerlBotConfigError(
+            f"reward.reward_kwargs.bot.token_level=true with adv_estimator={estimator}: the bot manager puts G on "
+            f"every token, which {estimator} adds up over the response (L * w_g * G + w_s * sum S, a reward that "
+            f"grows with the length); leave token_level unset ({estimator} then gets one reward per response, "
+            "w_g * G) or set +reward.reward_kwargs.bot.token_level=false"
+        )
     if estimator == "grail":
-        problem = grail_problem(config, settings)
+        problem = grail_problem(config)
         if problem:
             raise VerlBotConfigError(problem)
     if spec is not None and spec.token_level:

@@ -60,7 +60,10 @@ class GrailSettings:
     """GRAIL's knobs (`+algorithm.grail_<name>=...`); defaults are the authors' yaml (qwen3_grail.yaml).
 
     answer is ours: `auto` = the first `<final>...</final>` block if the response has one, else the first
-    complete `\\boxed{...}` (the authors' rule); `final` or `boxed` = only that form.
+    complete `\\boxed{...}` (the authors' rule); `final` or `boxed` = only that form. sync_timing is ours:
+    `grail/saliency_s` is the host's time of the saliency, which on an accelerator leaves out the kernels
+    still running when it returns; true synchronizes the device before and after it for the device time
+    (two synchronizations per micro-batch, which remove the overlap of host and device work).
     """
 
     std: float = 0.5
@@ -70,6 +73,7 @@ class GrailSettings:
     rollout_symmetry: str = "wrong"
     leaf_source: str = "embeddings"
     answer: str = "auto"
+    sync_timing: bool = False  # ours: synchronize the device around the saliency, for `grail/saliency_s`
 
     @classmethod
     def from_config(cls, algorithm: Any) -> GrailSettings:
@@ -79,12 +83,12 @@ class GrailSettings:
         this is the estimator's `options` in `verl_bot.advantage.ESTIMATORS`).
         """
         get = algorithm.get if algorithm is not None else (lambda key, default=None: default)
-        defaults = cls()
-        values = {name: get(f"grail_{name}", value) for name, value in asdict(defaults).items()}
+        kinds = {name: type(value) for name, value in asdict(cls()).items()}
+        values = {name: get(f"grail_{name}", getattr(cls, name)) for name in kinds}
+        if not isinstance(values["sync_timing"], bool):
+            raise VerlBotConfigError(f"algorithm.grail_sync_timing={values['sync_timing']!r}: must be true or false")
         try:
-            settings = cls(
-                **{k: (float(v) if isinstance(getattr(defaults, k), float) else str(v)) for k, v in values.items()}
-            )
+            settings = cls(**{k: v if kinds[k] is bool else kinds[k](v) for k, v in values.items()})
         except (TypeError, ValueError) as exc:
             raise VerlBotConfigError(f"adv_estimator=grail: a +algorithm.grail_* knob is not a number: {exc}") from exc
         settings.check()
@@ -303,13 +307,15 @@ def answer_saliency(
     """GRAIL's saliency s = ||g ⊙ e||_2 of the positions (rows, cols) of the model's input.
 
     One forward of `model(**model_inputs)` with the leaf hooked in and logits only at the answer positions
-    (`logits_to_keep` as an index tensor), L_ans = -sum log softmax(logits / temperature)[label] over the
+    (`logits_to_keep` as an index tensor, and a pre-hook on the output embeddings that keeps only each
+    position's own row of a padded layout), L_ans = -sum log softmax(logits / temperature)[label] over the
     positions with `answer`, then g = autograd.grad(L_ans, leaf): parameter gradients are not touched.
     Without any answer position the same forward and backward run on a zero loss (every rank of a
     sharded model then runs the same collectives).
 
     Args:
-        model: a `transformers` CausalLM accepting `logits_to_keep` (plain, FSDP2 or PEFT-wrapped).
+        model: a `transformers` CausalLM accepting `logits_to_keep` (plain, FSDP2 or PEFT-wrapped) whose output
+            embeddings (`get_output_embeddings()`, the lm_head) take the hidden states as first argument.
         model_inputs: its keyword inputs, (R, S) layout (R = 1 for packed sequences).
         rows, cols: (N,) int64 coordinates in that layout of the positions to score; position (r, c)
             predicts token (r, c + 1).
@@ -323,24 +329,33 @@ def answer_saliency(
     """
     store: dict[str, torch.Tensor] = {}
     answer = answer.bool()
-    keep = torch.unique(cols[answer]) if bool(answer.any()) else cols[:1].clone()
-    handle = _leaf_hook(model, leaf_source, store)
+    has_answer = bool(answer.any())
+    keep = torch.unique(cols[answer]) if has_answer else cols[:1].clone()
+    # the lm_head gets the hidden states of the kept columns of every row, (R, len(keep), H): only each answer
+    # position's own row is needed, (1, N_answer, H), R times fewer logits of the vocabulary's width
+    own = (rows[answer], torch.searchsorted(keep, cols[answer]))
+    handles = [
+        _leaf_hook(model, leaf_source, store),
+        model.get_output_embeddings().register_forward_pre_hook(
+            lambda mod, args: (args[0][own].unsqueeze(0), *args[1:])
+        ),
+    ]
     try:
         with torch.enable_grad():
             out = model(**model_inputs, logits_to_keep=keep, use_cache=False)
             if "leaf" not in store:
                 raise RuntimeError("GRAIL: the attribution leaf was not produced by the forward")
-            logits = out.logits
-            if bool(answer.any()):
-                sel = logits[rows[answer], torch.searchsorted(keep, cols[answer])]
+            sel = out.logits[0]  # (N_answer, V): the logits of the answer positions, in their order
+            if has_answer:
                 temps = temperature[answer].to(sel.device, torch.float32).unsqueeze(-1)
                 logp = torch.log_softmax(sel.float() / temps, dim=-1)
                 loss = -logp.gather(-1, labels[answer].unsqueeze(-1)).sum()
             else:
-                loss = logits.float().sum() * 0.0
+                loss = sel.float().sum() * 0.0
             (grad,) = torch.autograd.grad(loss, store["leaf"])
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
     leaf = store["leaf"].detach()
     return (grad[rows, cols].float() * leaf[rows, cols].float()).norm(dim=-1)
 

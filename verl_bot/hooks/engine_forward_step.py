@@ -182,10 +182,13 @@ def _make_forward_step(original):
         if getattr(self, "use_ulysses_sp", False):
             raise VerlBotConfigError("adv_estimator=grail does not support Ulysses sequence parallelism")
         micro_batch = micro_batch.to(get_device_id())
-        _sync_device()
+        settings = GrailSettings(**raw)
+        if settings.sync_timing:  # only when asked: a synchronization stops the host from running ahead
+            _sync_device()
         start = time.perf_counter()
-        row_weights, stats = micro_batch_weights(self, micro_batch, GrailSettings(**raw))
-        _sync_device()
+        row_weights, stats = micro_batch_weights(self, micro_batch, settings)
+        if settings.sync_timing:
+            _sync_device()
         stats["saliency_s"] = time.perf_counter() - start
         return original(
             self, micro_batch, loss_function=weighted_loss(loss_function, row_weights, stats), forward_only=forward_only

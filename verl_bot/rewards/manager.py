@@ -28,9 +28,13 @@ defaults in `verl_bot.rewards.settings`):
                             no part in training (advantage 0: verl_bot.hooks.multi_trajectory)
     max_failure_rate  0.5   the run stops when more than this share of a step's rollouts
     failure_patience  3     ... failed, this many steps in a row (verl_bot.hooks.compute_advantage)
-    token_level       true  false: return only w_g * G as one scalar, which verl puts on
+    token_level       auto  false: return only w_g * G as one scalar, which verl puts on
                             the last token (its stock layout): the global-reward-only
-                            input of the GRPO/GSPO/DAPO baselines, same scorers
+                            input of the GRPO/GSPO/DAPO baselines, same scorers; auto:
+                            true for the estimators that read dense rewards (bot, pure,
+                            pass), false for every other (verl's grpo, rloo, gae, ...,
+                            reco, vps, grail), which would add G up over the tokens;
+                            true with such an estimator is refused at start-up
 
 DAPO's overlong shaping reads verl's own keys, as verl's `dapo` manager does:
 `+reward.reward_kwargs.overlong_buffer_cfg.{enable,len,penalty_factor}` and
