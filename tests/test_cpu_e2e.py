@@ -90,7 +90,7 @@ def bot_probe(*args, **kwargs):
             "distinct": int(torch.unique(valid).numel()),
             "sum": float(valid.sum()),
         })
-    _write({"estimator": "bot", "shape": list(r.shape), "rows": rows})
+    _write({"estimator": "bot", "shape": list(r.shape), "mask_dtype": str(mask.dtype), "rows": rows})
     return _bot(*args, **kwargs)
 
 
@@ -136,7 +136,7 @@ def advantage_step_probe(data, *args, **kwargs):
             "old_log_probs": out.batch["old_log_probs"][i][mask[i]].tolist(),
             "advantages": out.batch["advantages"][i][mask[i]].tolist(),
         })
-    _write({"step": "advantage", "rows": rows})
+    _write({"step": "advantage", "mask_dtype": str(out.batch["response_mask"].dtype), "rows": rows})
     return out
 
 
@@ -408,6 +408,7 @@ def test_bot_two_steps_on_cpu(workdir):
     estimator_calls = [c for c in calls if c.get("estimator") == "bot"]
     assert len(estimator_calls) == 2, calls
     for call in estimator_calls:
+        assert call["mask_dtype"] == "torch.int64"  # the response mask verl 0.9.1's v1 trainer passes
         rows = call["rows"]
         assert len(rows) == 16
         assert any(r["nonzero_before_last"] > 0 for r in rows), rows
@@ -468,6 +469,37 @@ def test_bot_two_steps_on_cpu(workdir):
     for r in loss_rows:
         source = by_old[tuple(round(x, 5) for x in r["old_log_probs"])]
         torch.testing.assert_close(torch.tensor(r["advantages"]), torch.tensor(source["advantages"]))
+
+
+def test_verls_grpo_with_the_bot_manager_gets_one_reward_per_response(workdir):
+    """A verl user who switches the reward manager to `bot` and keeps `algorithm.adv_estimator=grpo` (token_level
+    unset): each response's reward reaches verl's GRPO as one scalar on its last token, G, and the advantages are
+    verl's GRPO of those; with dense rewards GRPO would sum G over the tokens (L * G: longer answers would win)."""
+    run = Run(workdir, "grpo_bot", ["algorithm.adv_estimator=grpo", "reward.reward_manager.name=bot"], steps=1)
+    run.start()
+    try:
+        rc = run.wait(timeout=420)
+    finally:
+        run.cleanup()
+    assert rc == 0, run.output(6000)
+    calls = [json.loads(ln) for ln in run.probe.read_text().splitlines() if ln.strip()]
+    steps = [c for c in calls if c.get("step") == "advantage"]
+    assert len(steps) == 1 and steps[0]["mask_dtype"] == "torch.int64", calls
+    rows = steps[0]["rows"]
+    assert len(rows) == 16
+    for r in rows:
+        assert all(x == 0 for x in r["rewards"][:-1]), r  # one scalar, on the last token
+    scores = torch.tensor([r["rewards"][-1] for r in rows])
+    assert len(set(scores.tolist())) > 1, scores  # toy_lint's G differs between responses
+    for uid in {r["uid"] for r in rows}:
+        members = [i for i, r in enumerate(rows) if r["uid"] == uid]
+        group = scores[members]
+        z = (group - group.mean()) / (group.std() + 1e-6)  # verl's GRPO: the sample std
+        for i, expected in zip(members, z.tolist(), strict=True):
+            assert rows[i]["advantages"] == pytest.approx([expected] * len(rows[i]["rewards"]), abs=1e-5), rows[i]
+    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    step = next(m["data"] for m in metrics if "actor/pg_loss" in m["data"])
+    assert step["critic/score/mean"] == pytest.approx(step["reward/score/mean"], abs=1e-5)  # G, not G * L
 
 
 def test_pure_two_steps_on_cpu(workdir):

@@ -4,8 +4,9 @@ One trainer start, 2 steps, 2 PPO mini-batches per step (ppo_mini_batch_size < t
 ratio acts on the second). A probe module, which verl imports in every process (workers included), wraps the
 registered `reco` estimator and `reco` loss and records what they see:
 
-- at the estimator (driver): the old log-probs from the batch context, ReCo's weights, and that the advantages
-  are verl's `grpo` times those weights;
+- at the estimator (driver): the old log-probs and the response ids from the batch context, and that the
+  advantages are verl's `grpo` times weights equal to the slow reference's weights of that batch's log-probs and
+  copies (tests/test_reco.py);
 - in the update (actor worker): the knobs shipped from `+algorithm.reco_*`, and the variance ratio per call,
   1 on the first mini-batch of each step (theta = theta_old, up to float32 rounding) and not on the second.
 
@@ -20,6 +21,7 @@ import json
 import pytest
 
 from tests.test_cpu_e2e import Run, workdir  # noqa: F401 - `workdir` is the shared fixture
+from tests.test_reco import reference_weights
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -44,15 +46,24 @@ def _write(record):
 
 
 def reco_estimator_probe(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-    old = current().tensors.get("old_log_probs")
+    tensors = current().tensors
+    old, responses = tensors["old_log_probs"], tensors["responses"]
     advantages, returns = _estimator(token_level_rewards, response_mask, index=index, config=config, **kwargs)
     grpo, _ = core_algos.compute_grpo_outcome_advantage(token_level_rewards, response_mask, index)
-    weights, _ = reco_weights(old, response_mask, index, w_max=float(config.get("reco_w_max", 5.0)))
+    mask = response_mask.bool()
+    # the weights the advantages carry: A = grpo * w on every token of a row whose GRPO advantage is not 0
+    scale = torch.where(grpo != 0, advantages / torch.where(grpo != 0, grpo, 1.0), torch.nan)
+    carried = [float(row[m][0]) if m.any() else None for row, m in zip(scale, mask & (grpo != 0), strict=True)]
     _write({
         "where": "estimator", "pid": os.getpid(), "rows": int(response_mask.shape[0]),
         "old_shape": list(old.shape), "mask_shape": list(response_mask.shape),
-        "weights": weights.tolist(), "groups": [str(u) for u in index],
-        "max_diff": float((advantages - grpo * weights[:, None]).abs().max()),
+        "responses_shape": list(responses.shape), "groups": [str(u) for u in index],
+        "mean_lp": [float(row[m].double().mean()) if m.any() else 0.0 for row, m in zip(old, mask, strict=True)],
+        "ids": [responses[i][mask[i]].tolist() for i in range(len(mask))],
+        "valid": mask.any(dim=1).tolist(), "carried": carried,
+        "max_diff": float((advantages - grpo * reco_weights(
+            old, response_mask, index, w_max=float(config.get("reco_w_max", 5.0)), responses=responses
+        )[0][:, None]).abs().max()),
     })
     return advantages, returns
 
@@ -87,8 +98,7 @@ def test_reco_two_steps_on_cpu(workdir):  # noqa: F811 - the imported fixture
             "actor_rollout_ref.actor.policy_loss.loss_mode=reco",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # 2 updates per step (train_batch_size=4)
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-            "reward.reward_manager.name=bot",
-            "+reward.reward_kwargs.bot.token_level=false",
+            "reward.reward_manager.name=bot",  # token_level unset: one reward per response for `reco`
             "+algorithm.reco_w_max=4.0",
             "+algorithm.reco_rvar_cap=2.5",
         ],
@@ -106,14 +116,18 @@ def test_reco_two_steps_on_cpu(workdir):  # noqa: F811 - the imported fixture
     estimator = [r for r in records if r["where"] == "estimator"]
     assert len(estimator) == 2, records
     for call in estimator:
-        assert call["rows"] == 16 and call["old_shape"] == call["mask_shape"], call
+        assert call["rows"] == 16 and call["old_shape"] == call["mask_shape"] == call["responses_shape"], call
         assert call["max_diff"] < 1e-5, call
-        weights = call["weights"]
-        assert all(0 < w <= 4.0 * 4 for w in weights), weights
-        for group in set(call["groups"]):
-            members = [w for w, g in zip(weights, call["groups"], strict=True) if g == group]
-            assert sum(members) / len(members) == pytest.approx(1.0, abs=1e-5), (group, members)
-    assert any(abs(w - 1) > 1e-3 for call in estimator for w in call["weights"]), estimator
+        # the weights the advantages carry are the slow reference's, from this batch's old log-probs and ids
+        expected = reference_weights(
+            call["mean_lp"], [tuple(ids) for ids in call["ids"]], call["groups"], call["valid"], 4.0, "count_model"
+        )
+        carried = [(w, e) for w, e in zip(call["carried"], expected, strict=True) if w is not None]
+        assert len(carried) >= 8, call  # rows whose GRPO advantage is not 0
+        assert [w for w, _ in carried] == pytest.approx([e for _, e in carried], rel=1e-4), carried
+    assert any(abs(e - 1) > 1e-2 for call in estimator for e in reference_weights(
+        call["mean_lp"], [tuple(i) for i in call["ids"]], call["groups"], call["valid"], 4.0, "count_model"
+    )), estimator
 
     # the loss, in the actor worker: the knobs arrived; r_var = 1 on the first mini-batch of a step, not later
     loss = [r for r in records if r["where"] == "loss"]

