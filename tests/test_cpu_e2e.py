@@ -318,6 +318,20 @@ class Run:
                 + text[-4000:]
             )
 
+    def finish(self, timeout: float = 420, tail: int = 6000) -> Run:
+        """Start the trainer, wait for it and clean up; assert that it succeeded (its log's tail if not)."""
+        self.start()
+        try:
+            rc = self.wait(timeout=timeout)
+        finally:
+            self.cleanup()
+        assert rc == 0, self.output(tail)
+        return self
+
+    def records(self, path: Path | None = None) -> list[dict]:
+        """The JSON lines of `path` (default: the probe's file)."""
+        return [json.loads(ln) for ln in (path or self.probe).read_text().splitlines() if ln.strip()]
+
     def rollout_events(self) -> list[dict]:
         if not self.rollout_log.exists():
             return []
@@ -476,13 +490,7 @@ def test_verls_grpo_with_the_bot_manager_gets_one_reward_per_response(workdir):
     unset): each response's reward reaches verl's GRPO as one scalar on its last token, G, and the advantages are
     verl's GRPO of those; with dense rewards GRPO would sum G over the tokens (L * G: longer answers would win)."""
     run = Run(workdir, "grpo_bot", ["algorithm.adv_estimator=grpo", "reward.reward_manager.name=bot"], steps=1)
-    run.start()
-    try:
-        rc = run.wait(timeout=420)
-    finally:
-        run.cleanup()
-    assert rc == 0, run.output(6000)
-    calls = [json.loads(ln) for ln in run.probe.read_text().splitlines() if ln.strip()]
+    calls = run.finish().records()
     steps = [c for c in calls if c.get("step") == "advantage"]
     assert len(steps) == 1 and steps[0]["mask_dtype"] == "torch.int64", calls
     rows = steps[0]["rows"]
@@ -504,14 +512,8 @@ def test_verls_grpo_with_the_bot_manager_gets_one_reward_per_response(workdir):
 
 def test_pure_two_steps_on_cpu(workdir):
     """2 steps with `pure`: the reward streams travel through TransferQueue to the estimator in verl's trainer."""
-    run = Run(workdir, "pure", ["algorithm.adv_estimator=pure", "reward.reward_manager.name=bot"]).start()
-    try:
-        rc = run.wait(timeout=420)
-    finally:
-        run.cleanup()
-    assert rc == 0, run.output(6000)
-    calls = [json.loads(ln) for ln in run.probe.read_text().splitlines() if ln.strip()]
-    calls = [c for c in calls if "estimator" in c]
+    run = Run(workdir, "pure", ["algorithm.adv_estimator=pure", "reward.reward_manager.name=bot"])
+    calls = [c for c in run.finish().records() if "estimator" in c]
     assert len(calls) == 2 and all(c["estimator"] == "pure" for c in calls), calls
     for call in calls:
         rows = call["rows"]

@@ -76,13 +76,7 @@ def grail_run(tmp_path_factory):
         MODEL_DIR=str(root / "model"), DATA_DIR=str(root / "data"), OUT_DIR=str(run.dir),
         PY=sys.executable,
     )
-    run.start()
-    try:
-        rc = run.wait(timeout=1000)
-    finally:
-        run.cleanup()
-    assert rc == 0, run.output(8000)
-    return run
+    return run.finish(timeout=1000, tail=8000)
 
 
 def test_weights_not_one_reach_verls_loss(grail_run):

@@ -135,13 +135,7 @@ def test_pass_recipe_two_steps_streams_reach_pass_and_the_actor_uses_its_advanta
             ),
         }
     )
-    run.start()
-    try:
-        rc = run.wait(timeout=720)
-    finally:
-        run.cleanup()
-    assert rc == 0, run.output(6000)
-    check_records(run.probe, run.metrics)
+    check_records(run.finish(timeout=720).probe, run.metrics)
 
 
 def check_records(probe: Path, metrics_file: Path) -> None:

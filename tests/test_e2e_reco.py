@@ -16,8 +16,6 @@ registered `reco` estimator and `reco` loss and records what they see:
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.test_cpu_e2e import Run, workdir  # noqa: F401 - `workdir` is the shared fixture
@@ -104,13 +102,7 @@ def test_reco_two_steps_on_cpu(workdir):  # noqa: F811 - the imported fixture
         ],
     )
     run.env["VERL_USE_EXTERNAL_MODULES"] = "vb_reco_probe"
-    run.start()
-    try:
-        rc = run.wait(timeout=480)
-    finally:
-        run.cleanup()
-    assert rc == 0, run.output(6000)
-    records = [json.loads(ln) for ln in run.probe.read_text().splitlines() if ln.strip()]
+    records = run.finish(timeout=480).records()
 
     # the estimator, in the driver: old log-probs of the batch's shape, non-trivial weights, GRPO x w
     estimator = [r for r in records if r["where"] == "estimator"]
@@ -142,7 +134,7 @@ def test_reco_two_steps_on_cpu(workdir):  # noqa: F811 - the imported fixture
     assert all(c["ratio_dev"] > 5e-3 and c["rvar_dev"] > 5e-3 for c in later), later
 
     # verl's metrics: ReCo's diagnostics, and both halves on
-    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    metrics = run.records(run.metrics)
     steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
     assert sorted(steps) == [1, 2], metrics
     for step, data in steps.items():

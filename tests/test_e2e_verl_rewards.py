@@ -16,7 +16,6 @@ default, never both), 2 steps each; about 4 minutes on 2 idle cores.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -161,16 +160,9 @@ def train(workdir: Path, name: str, extra: list[str]) -> tuple[list[dict], list[
     run = Run(workdir, name, extra)
     manager_file = run.dir / "manager.jsonl"
     run.env["VB_MANAGER_PROBE_FILE"] = str(manager_file)
-    run.start()
-    try:
-        rc = run.wait(timeout=480)
-    finally:
-        run.cleanup()
-    assert rc == 0, run.output(6000)
-    records = [json.loads(line) for line in manager_file.read_text().splitlines() if line.strip()]
-    calls = [json.loads(line) for line in run.probe.read_text().splitlines() if line.strip()]
-    calls = [c for c in calls if c.get("estimator") == "bot"]  # the probe also records the advantage step
-    metrics = [json.loads(line) for line in run.metrics.read_text().splitlines() if line.strip()]
+    records = run.finish(timeout=480).records(manager_file)
+    calls = [c for c in run.records() if c.get("estimator") == "bot"]  # the probe also records the advantage step
+    metrics = run.records(run.metrics)
     steps = [m["data"] for m in sorted(metrics, key=lambda m: m["step"]) if "actor/pg_loss" in m["data"]]
     assert len(calls) == 2 and len(steps) == 2, (calls, metrics)
     return records, calls, steps

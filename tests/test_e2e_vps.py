@@ -1,7 +1,9 @@
 """GRPO-VPS end to end: `ALGO=vps STEPS=2 bash recipes/cpu_train.sh` runs verl 0.9.1's real trainer on the CPU.
 
-The task is toy_math (cpu_train.sh's default for vps), with a few rows without a ground truth, and a tiny model
-given a short warm start here (cpu_train.sh would make its longer one).
+The task is toy_math (cpu_train.sh's default for vps) with two-step problems, in its file order
+(`data.shuffle=False`): in every 8 prompts one has no ground truth and one a ground truth no response can reach
+(11: the running value stays in 0..9), and a tiny model given a short warm start here (cpu_train.sh would make
+its longer one). GRPO-VPS runs with its defaults: beliefs in probability space, the group z-score floored.
 
 One trainer start. The `vps_single_turn` agent loop probes every rollout on the `hf` rollout server
 (`prompt_logprobs`) inside verl's agent-loop worker; the records travel with the rows through TransferQueue; a
@@ -14,7 +16,6 @@ added to GRPO's advantage. The test recomputes that progress from the records wi
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -22,14 +23,13 @@ import pytest
 
 from tests.test_cpu_e2e import Run
 from tests.test_vps_advantage import reference_vps
+from verl_bot.advantage.vps import DEFAULT_STD_FLOOR
 
 pytestmark = pytest.mark.timeout(900)
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHA = 0.5
-# the tiny model's belief in an answer cut into its steps is ~e^-10 to e^-30 (its tags after a digit are rare):
-# compare log-probs, floored far below them, so that every segment's progress is seen
-SPACE, FLOOR = "log", -100.0
+UNREACHABLE = "11"
 
 PROBE = '''
 """Test probe: records what the `vps` estimator reads (probe records) and adds (progress) per row."""
@@ -80,29 +80,28 @@ def workdir(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("e2e_vps")
     data = root / "data"
-    cmd = [sys.executable, str(ROOT / "recipes" / "data" / "toy_math.py"), "--out", str(data), "--train", "64"]
+    cmd = [sys.executable, str(ROOT / "recipes" / "data" / "toy_math.py"), "--out", str(data), "--train", "64",
+           "--min-ops", "2", "--max-ops", "2"]
     subprocess.run(cmd, check=True, capture_output=True)
     train = pd.read_parquet(data / "train.parquet")
+    truths = {3: None, 5: UNREACHABLE}
     train["reward_model"] = [
-        {**rm, "ground_truth": None} if i % 8 == 3 else rm for i, rm in enumerate(train["reward_model"])
+        {**rm, "ground_truth": truths.get(i % 8, rm["ground_truth"])} for i, rm in enumerate(train["reward_model"])
     ]
     train.to_parquet(data / "train.parquet")
-    build_model(root / "model", warm_start="toy_math", warm_start_kwargs={"steps": 150, "batch_size": 32})
+    # 300 steps: about a fifth of its sampled solutions of two-step problems are right (150: 9%), so that rollouts
+    # reach a solved outcome, the progress that is not floored in probability space
+    build_model(root / "model", warm_start="toy_math", warm_start_kwargs={"steps": 300, "batch_size": 32})
     (root / "probe").mkdir()
     (root / "probe" / "vb_probe.py").write_text(PROBE)
     return root
 
 
 def test_vps_two_steps_through_cpu_train_sh(workdir):
-    """Probes run inside verl's agent loop, their records reach the estimator, whose progress matches them."""
+    """Probes run inside verl's agent loop, their records reach the estimator, whose progress matches them (in
+    probability space, floored); a group whose beliefs never leave ~0 gets ~GRPO's advantage."""
     run = Run(workdir, "vps", [])
-    run.cmd = [
-        "bash",
-        str(ROOT / "recipes" / "cpu_train.sh"),
-        f"+algorithm.vps_alpha={ALPHA}",
-        f"+algorithm.vps_space={SPACE}",
-        f"+algorithm.vps_log_floor={FLOOR}",
-    ]
+    run.cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), f"+algorithm.vps_alpha={ALPHA}", "data.shuffle=False"]
     run.env.update(
         {
             "ALGO": "vps",
@@ -114,14 +113,7 @@ def test_vps_two_steps_through_cpu_train_sh(workdir):
             "TIMEOUT_S": "600",
         }
     )
-    run.start()
-    try:
-        rc = run.wait(timeout=700)
-    finally:
-        run.cleanup()
-    assert rc == 0, run.output(6000)
-
-    calls = [json.loads(ln) for ln in run.probe.read_text().splitlines() if ln.strip()]
+    calls = run.finish(timeout=700).records()
     assert len(calls) == 2, calls
     for call in calls:
         rows = call["rows"]
@@ -146,20 +138,33 @@ def test_vps_two_steps_through_cpu_train_sh(workdir):
             [r["record"]["logp"] for r in rows],
             [None if r["solved"] is None else float(r["solved"]) for r in rows],
             ALPHA,
-            space=SPACE,
-            floor=FLOOR,
+            std_floor=DEFAULT_STD_FLOOR,
         )
         for r, exp in zip(rows, expected, strict=True):
             assert r["progress"] == pytest.approx(exp[: r["length"]], abs=1e-3), (r, exp)
             if r["record"]["status"] != "ok":
                 assert all(p == 0 for p in r["progress"])  # no probes: GRPO's advantage
-        assert any(abs(p) > 1e-3 for r in probed for p in r["progress"]), [(r["record"], r["solved"]) for r in probed]
+        assert any(abs(p) > 0.1 for r in probed for p in r["progress"]), [(r["record"], r["solved"]) for r in probed]
+        # groups of unsolved rollouts whose beliefs stay below 1e-4 (the unreachable answer's among them): the
+        # floored z-score is at most 2e-4 / 0.1; unfloored, the noise of those beliefs was stretched to unit variance
+        groups = {}
+        for r in rows:
+            groups.setdefault(r["uid"], []).append(r)
+        flat = [
+            g for g in groups.values()
+            if all(r["record"]["status"] == "ok" and r["solved"] == 0 and max(r["record"]["logp"]) < math.log(1e-4)
+                   for r in g)
+        ]
+        assert flat, [[(r["record"]["logp"], r["solved"]) for r in g] for g in groups.values()]
+        assert all(abs(p) < 3e-3 for g in flat for r in g for p in r["progress"]), flat
+        assert call["metrics"]["vps/floor_share"] >= len(flat) / 7  # 7 groups with ground truth per step
         assert call["metrics"]["vps/probe_tokens_per_rollout"] > 0
 
     # the probing cost reaches verl's logged metrics
-    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    metrics = run.records(run.metrics)
     steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
     assert sorted(steps) == [1, 2], metrics
     for data in steps.values():
         assert data["vps/probe_tokens_per_rollout"] > 0 and data["vps/probe_time_s"] > 0
-        assert data["vps/no_ground_truth_rows"] >= 0 and data["vps/probe_failed_rows"] == 0
+        # the file's order: every 8 prompts hold one without a ground truth, i.e. 4 of the step's 32 rollouts
+        assert data["vps/no_ground_truth_rows"] == 4 and data["vps/probe_failed_rows"] == 0
