@@ -331,7 +331,7 @@ def test_the_std_floor_keeps_an_all_unsolved_group_of_tiny_beliefs_near_grpo():
     mean = sum(map(sum, d)) / 6
     expected = [[(x - mean) / (DEFAULT_STD_FLOOR + 1e-6) for x in row for _ in range(2)] for row in d]
     torch.testing.assert_close(floored, torch.tensor(expected), rtol=1e-4, atol=1e-8)
-    assert float(adv.abs().max()) < 1e-3 and share == 1.0
+    assert float(adv.abs().max()) < 2e-3 and share == 1.0  # against +-0.75 unfloored
 
 
 def test_the_adapter_reports_the_floors_share_and_the_knob_is_checked():

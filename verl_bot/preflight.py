@@ -161,8 +161,10 @@ def _vps_problem(config: Any) -> str | None:
             "correct answer per prompt (e.g. toy_math, AIME, verl's math data)"
         )
     rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
+    engine = rollout.get("name")
     try:
-        probe_params(str(rollout.get("name")))
+        if engine is not None:  # unset, verl itself refuses the run
+            probe_params(str(engine))
     except VerlBotConfigError as exc:
         return str(exc)
     loop = (rollout.get("agent") or {}).get("default_agent_loop")

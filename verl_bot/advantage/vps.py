@@ -41,7 +41,7 @@ from verl_bot.errors import VerlBotConfigError
 PROBE_FIELD = "verl_bot_vps"
 AGENT_LOOP = "vps_single_turn"
 EPS = 1e-6
-DEFAULT_STD_FLOOR = 0.1
+DEFAULT_STD_FLOOR = 0.05  # measured on toy_math (docs/ALGORITHMS.md, GRPO-VPS)
 KNOB_PREFIX = "vps_"
 OUTCOME_KEYS = ("solved", "acc")  # reward_extra_info: the bot manager's `solved`, verl's math scorers' `acc`
 
