@@ -57,20 +57,24 @@ DEFAULT_TIE_TOLERANCE = 0.01
 # V = E[(r - s)^2] - (m - s)^2 loses about log2(E[(r - s)^2] / V) bits to cancellation; a row losing more
 # than 6 has its variance recomputed directly around its mean (rare: s is one of the row's own rewards).
 _CANCELLATION_LIMIT = 64.0
-_CHUNK_TOKENS = 1 << 18  # tokens per row chunk of a pass (1 MiB of float32 per tensor: it stays in L2/L3)
+_CHUNK_TOKENS = 1 << 20  # tokens per row chunk of a pass: 4 MiB of float32 per tensor, in the L3 cache
 
 
 class BotStats(NamedTuple):
-    """Per-group statistics behind `bot_advantage`, (G,) float64 each (G = number of distinct uids).
+    """Statistics behind `bot_advantage`: per group, (G,) float64 each (G = number of distinct uids), and one
+    of the batch's advantages.
 
     rollouts: K_g, rollouts of the group with at least one valid token.
     within: the part of var_g from token rewards around their own rollout's mean reward.
     between: the part of var_g from the rollouts' mean rewards around mu_g; var_g = within + between.
+    abs_max: () max |A| over the batch's advantages (0 for a batch without valid tokens), taken in pass 2
+        while each chunk is in cache.
     """
 
     rollouts: torch.Tensor
     within: torch.Tensor
     between: torch.Tensor
+    abs_max: torch.Tensor
 
 
 def _raise_if_not_finite(rewards: torch.Tensor, response_mask: torch.Tensor, index) -> None:
@@ -146,7 +150,7 @@ def bot_advantage_and_stats(
     work_dtype = torch.promote_types(rewards.dtype, torch.float32)
     if batch_size == 0:
         empty = rewards.new_zeros(0, dtype=torch.float64)
-        return torch.zeros_like(rewards, dtype=work_dtype), BotStats(empty, empty, empty)
+        return torch.zeros_like(rewards, dtype=work_dtype), BotStats(empty, empty, empty, empty.new_zeros(()))
 
     group = as_torch_index(index, device=rewards.device)
     num_groups = int(group.max()) + 1
@@ -159,7 +163,7 @@ def bot_advantage_and_stats(
         buffer = torch.empty(rewards.shape, dtype=torch.float64, device=rewards.device)
         sums = _shifted_row_sums(rewards, response_mask, chunks, shift, buffer, index)
     groups = _group_statistics(rewards, response_mask, shift, group, num_groups, sums, length_weighting)
-    var = groups.stats.within + groups.stats.between
+    var = groups.within + groups.between
     if norm_by_std:
         scale = torch.where(var > 0, 1.0 / (var.clamp(min=0.0).sqrt().clamp(min=std_floor) + epsilon), 0.0)
     else:
@@ -167,9 +171,12 @@ def bot_advantage_and_stats(
     # pass 2: buffer holds r - s_k on valid tokens; subtract mu - s_k there, then scale; padding stays 0
     offset = groups.mean_minus_shift.to(buffer.dtype)[:, None]
     row_scale = scale[group].to(buffer.dtype)[:, None]
-    for lo, hi, mask in chunks:
-        buffer[lo:hi].addcmul_(mask, offset[lo:hi], value=-1).mul_(row_scale[lo:hi])
-    return buffer.to(work_dtype), groups.stats
+    extremes = buffer.new_zeros(2, len(chunks.bounds))  # each chunk's min and max advantage
+    for i, (lo, hi, mask) in enumerate(chunks):
+        part = buffer[lo:hi].addcmul_(mask, offset[lo:hi], value=-1).mul_(row_scale[lo:hi])
+        torch.aminmax(part, out=(extremes[0, i], extremes[1, i]))
+    abs_max = torch.maximum(-extremes[0].min(), extremes[1].max()).clamp(min=0).double()
+    return buffer.to(work_dtype), BotStats(groups.rollouts, groups.within, groups.between, abs_max)
 
 
 def _first_valid_reward(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -247,9 +254,11 @@ def _shifted_row_sums(rewards, response_mask, chunks, shift, buffer, index) -> _
 
 
 class _Groups(NamedTuple):
-    """`stats` (BotStats) and `mean_minus_shift` (B,) float64: mu_g - s_k for each row."""
+    """BotStats' per-group fields, (G,) float64 each, and `mean_minus_shift` (B,) float64: mu_g - s_k per row."""
 
-    stats: BotStats
+    rollouts: torch.Tensor
+    within: torch.Tensor
+    between: torch.Tensor
     mean_minus_shift: torch.Tensor
 
 
@@ -292,17 +301,14 @@ def _group_statistics(
     within = group_sum(weight * row_var, group, num_groups)
     between = group_sum(weight * deviation.square(), group, num_groups)
     mean_minus_shift = mean[group] - (row_shift - group_shift)  # (B,) mu_g - s_k
-    return _Groups(BotStats(rollouts, within, between), mean_minus_shift)
+    return _Groups(rollouts, within, between, mean_minus_shift)
 
 
-def bot_diagnostics(
-    advantages: torch.Tensor, stats: BotStats, tie_tolerance: float = DEFAULT_TIE_TOLERANCE
-) -> dict[str, float]:
-    """Health metrics of one batch's `bot` advantages (O(G) beyond one read of the advantages).
+def bot_diagnostics(stats: BotStats, tie_tolerance: float = DEFAULT_TIE_TOLERANCE) -> dict[str, float]:
+    """Health metrics of one batch's `bot` advantages, O(G) from their statistics.
 
     Args:
-        advantages: (B, T) from `bot_advantage_and_stats` (0 on padding).
-        stats: the BotStats returned with them.
+        stats: the BotStats `bot_advantage_and_stats` returned with the advantages.
         tie_tolerance: a group counts as tied when its between-rollout variance is at most this
             share of its variance.
 
@@ -314,14 +320,10 @@ def bot_diagnostics(
             outcome G with different local signals. A group whose rewards are all equal is tied.
             0 when no group has 2 rollouts.
     """
-    adv_abs_max = 0.0
-    if advantages.numel():
-        low, high = torch.aminmax(advantages)
-        adv_abs_max = max(-float(low), float(high), 0.0)
     comparable = stats.rollouts >= 2
     tied = comparable & (stats.between <= tie_tolerance * (stats.within + stats.between))
     share = float(tied.sum()) / float(comparable.sum()) if bool(comparable.any()) else 0.0
-    return {"adv_abs_max": adv_abs_max, "tied_group_share": share}
+    return {"adv_abs_max": float(stats.abs_max), "tied_group_share": share}
 
 
 def bot_options(config: Any) -> dict[str, Any]:
@@ -406,7 +408,7 @@ def compute_bot_advantage(
         )
     advantages, stats = bot_advantage_and_stats(rewards, response_mask, index, **bot_options(config))
     if current() is not None:  # in verl's trainer: the step's diagnostics
-        report_metrics({f"bot/{name}": value for name, value in bot_diagnostics(advantages, stats).items()})
+        report_metrics({f"bot/{name}": value for name, value in bot_diagnostics(stats).items()})
     return advantages, advantages
 
 

@@ -309,7 +309,7 @@ def pass_advantage(
     mask = response_mask != 0
     if batch == 0:
         zeros, empty = torch.zeros_like(process, dtype=torch.float32), torch.zeros(0, device=process.device)
-        stats = BotStats(empty.double(), empty.double(), empty.double())
+        stats = BotStats(empty.double(), empty.double(), empty.double(), torch.zeros((), dtype=torch.float64))
         return PassOutput(zeros, empty, empty, zeros, empty.long(), stats, empty.bool())
     has_tokens = mask.any(dim=1)
     if not bool(torch.isfinite(process.sum(dim=1)).all()):  # NaN/inf somewhere (maybe padding): which rows?
