@@ -218,7 +218,8 @@ def _kill_marked(mark: str) -> None:
 class Run:
     """One `python -m verl.trainer.main_ppo` subprocess on the CPU backend."""
 
-    def __init__(self, workdir: Path, name: str, extra: list[str], model: Path | None = None, steps: int = 2):
+    def __init__(self, workdir: Path, name: str, extra: list[str], model: Path | None = None, steps: int = 2,
+                 rollout: str = "hf"):
         self.dir = workdir / name
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir()
@@ -232,9 +233,8 @@ class Run:
             sys.executable,
             "-m",
             "verl.trainer.main_ppo",
-            *overrides(),
+            *overrides(rollout=rollout),
             f"+ray_kwargs.ray_init._temp_dir={self.ray_dir}",
-            "+ray_kwargs.ray_init.include_dashboard=False",
             f"data.train_files={workdir / 'train.parquet'}",
             f"data.val_files={workdir / 'val.parquet'}",
             "data.train_batch_size=4",
@@ -265,6 +265,7 @@ class Run:
         self.env.update(
             {
                 "VERL_PLATFORM": "cpu",
+                "ROLLOUT": rollout,  # when the command is recipes/cpu_train.sh
                 MARK_ENV: self.mark,
                 "VERL_FILE_LOGGER_PATH": str(self.metrics),
                 "VERL_BOT_HF_ROLLOUT_LOG": str(self.rollout_log),
