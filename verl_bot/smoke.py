@@ -182,6 +182,18 @@ def verdict(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if not finite:
         failed.append("advantages")
 
+    probed = mean_of(steps, "vps/probed_rows")
+    if probed is not None:
+        probe_failed = mean_of(steps, "vps/probe_failed_rows") or 0.0
+        tag = "FAIL" if probed == 0 else ("WARN" if probe_failed else "ok")
+        lines.append(f"belief probes       {probed:.0f} rows probed per step, {probe_failed:.0f} failed [{tag}]")
+        if tag == "FAIL":
+            failed.append("probes")
+    answer_rate = mean_of(steps, "grail/answer_rate")
+    if answer_rate is not None:
+        lines.append(f"GRAIL weights       answer span found in {answer_rate:.0%} of the responses, "
+                     f"mean weight {mean_of(steps, 'grail/w_mean'):.3g}")
+
     diff_max = max((float(m["training/rollout_probs_diff_max"]) for m in steps.values()
                     if "training/rollout_probs_diff_max" in m), default=None)
     diff_mean = mean_of(steps, "training/rollout_probs_diff_mean")
@@ -208,7 +220,7 @@ def verdict(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return lines, failed
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--rc", type=int, default=0, help="the trainer's exit status")
@@ -223,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reward-url", default="", help="the reward server(s), comma-separated: their judge counters")
     parser.add_argument("--algo", required=True)
     parser.add_argument("--title", default="")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     lines, failed = verdict(args)
     head = f"== verl-bot smoke verdict{': ' + args.title if args.title else ''} =="
     tail = "VERDICT: OK" if not failed else f"VERDICT: FAILED ({', '.join(failed)})"

@@ -11,6 +11,11 @@ V1. `vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm` is called w
     `'Parameter' object has no attribute 'weight_loader'`. Keeping the weight lets the loader write it; verl
     calls `process_weights_after_loading` after the last bucket, which packs the new weight again. Cost: one
     more copy of the linear weights in host memory.
+V2. verl's `BucketedWeightReceiver.receive_weights` (the vLLM worker's side of the weight sync) raises the error
+    that stopped it, not the `BufferError: cannot close exported pointers exist` that its cleanup raises over it
+    on the shared-memory path (the CPU platform has no CUDA IPC): the failed bucket's tensors still view the
+    shared buffer when `shm.close()` runs. The trainer's side then names the real cause
+    (`verl_bot.hooks.weight_sync`).
 """
 
 from __future__ import annotations
@@ -57,7 +62,34 @@ def _keep_cpu_linear_weights() -> str:
     return "dispatch_cpu_unquantized_gemm(remove_weight=False)"
 
 
+def _make_receive_weights(original):
+    @functools.wraps(original)
+    def receive_weights(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        except BufferError as exc:
+            if exc.__context__ is None:
+                raise
+            from verl_bot.errors import RolloutEngineError
+
+            cause = exc.__context__
+            raise RolloutEngineError(f"{type(cause).__name__}: {cause}") from cause
+
+    return receive_weights
+
+
+def _receiver_raises_the_cause() -> str:
+    """V2, once verl's weight-transfer module is imported (a vLLM worker of a verl run imports it)."""
+    from verl_bot.hooks._patch import when_imported, wrap
+
+    def install(module) -> None:
+        wrap(module.BucketedWeightReceiver, "receive_weights", ["self", "on_bucket_received"], _make_receive_weights)
+
+    when_imported("verl.workers.rollout.vllm_rollout.bucketed_weight_transfer", install)
+    return "BucketedWeightReceiver.receive_weights(on import)"
+
+
 def install() -> list[str]:
-    """Apply V1 (idempotent); returns its name."""
+    """Apply V1 and V2 (idempotent); returns their names."""
     check_vllm_version()
-    return [_keep_cpu_linear_weights()]
+    return [_keep_cpu_linear_weights(), _receiver_raises_the_cause()]
