@@ -29,12 +29,15 @@ fi
 
 if [[ "${PLATFORM}" == cpu ]]; then
     CPU_SEED=${CPU_SEED:-0}
-    # The tiny local model, warm-started so that it writes the task's format (built when missing, vb_main):
-    # React: a ```tsx component (verl_bot/cpu/toy_react.py); AIME: <step i> tags and a <final> answer (the toy_math
-    # warm start, verl_bot/cpu/toy_math.py; the same model recipes/cpu_train.sh trains on TASK=toy_math).
-    CPU_MODEL_DEFAULT=${ROOT}/outputs/tiny_model_$([[ "${TASK}" == react ]] && echo react || echo toy_math)_h2_s${CPU_SEED}
+    # The tiny local model, warm-started on the run's own train prompts so that it writes the task's format (built
+    # when missing, vb_main): React, a ```tsx component (verl_bot/cpu/toy_react.py); AIME, <step i> tags and a
+    # <final> answer (the toy_math warm start, verl_bot/cpu/toy_math.py, in the AIME prompt's wording).
+    CPU_MODEL_DEFAULT=${ROOT}/outputs/tiny_model_${TASK}_h2_s${CPU_SEED}
     MODEL_PATH=${MODEL_PATH:-${CPU_MODEL_DEFAULT}}
-    DATA_DIR=${DATA_DIR:-${ROOT}/outputs/data/${TASK}_sample}             # from recipes/data/ (vb_prepare_data)
+    # The data, from recipes/data/ (vb_prepare_data): React's prompt set; for AIME, toy_math problems in AIME's file
+    # format (aime_cpu.jsonl: single-digit chains the tiny model can solve; on AIME problems every group would be
+    # all wrong, its advantages all 0, and the run would train on nothing).
+    DATA_DIR=${DATA_DIR:-${ROOT}/outputs/data/${TASK}_cpu}
     NGPUS_PER_NODE=1                       # one trainer rank (a logical GPU of Ray; verl_bot/cpu/overrides.txt)
     OFFLOAD=False
     ROLLOUT_N=${ROLLOUT_N:-4}

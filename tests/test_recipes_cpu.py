@@ -6,9 +6,9 @@ the recipe's own composed overrides (only sizes, the platform and the model chan
 the recipe (the React server with real esbuild, ESLint and Chromium; the math server), and a judge that is a real
 `vllm serve` of a tiny local model on loopback (one for the module): it answers at random, and the reward servers
 must turn whatever it says into verdicts and flags. The models are the tiny local ones the recipes build, made
-here once: the React one warm-started to write a ```tsx component, the AIME one on toy_math (a shorter warm start
-than the recipe's own). A probe module (loaded by verl in every process through `VERL_USE_EXTERNAL_MODULES`)
-records what the GRPO-VPS estimator and agent loop and GRAIL's loss see.
+here once: the React one warm-started to write a ```tsx component, the AIME one on toy_math problems in the AIME
+prompt's wording (recipes/data/aime_cpu.jsonl). A probe module (loaded by verl in every process through
+`VERL_USE_EXTERNAL_MODULES`) records what the GRPO-VPS estimator and agent loop and GRAIL's loss see.
 
     .venv/bin/python -m pytest -q tests/test_recipes_cpu.py
 """
@@ -131,8 +131,11 @@ def setup(tmp_path_factory):
         subprocess.run([PY, str(ROOT / "recipes/data/react.py"), "--out-dir", str(react_data)], check=True,
                        capture_output=True)
         build_model(root / "react_model", seed=0, warm_start="react", prompts=react_data / "train.parquet")
-        build_model(root / "aime_model", seed=0, warm_start="toy_math",
-                    warm_start_kwargs={"steps": 200, "batch_size": 32})
+        aime_data = root / "aime_data"  # what the recipe makes on the CPU platform (vb_prepare_data)
+        subprocess.run([PY, str(ROOT / "recipes/data/aime.py"), "--input", str(ROOT / "recipes/data/aime_cpu.jsonl"),
+                        "--out-dir", str(aime_data)], check=True, capture_output=True)
+        build_model(root / "aime_model", seed=0, warm_start="toy_math", prompts=aime_data / "train.parquet",
+                    warm_start_kwargs={"steps": 500, "batch_size": 16})  # the recipe's (vb_prepare_models)
         (root / "probe").mkdir()
         (root / "probe" / "vb_probe.py").write_text(PROBE)
         wait_http(f"http://127.0.0.1:{port}/v1/models", 300, judge)
@@ -199,6 +202,14 @@ class Smoke:
         return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
 
 
+def check_dense(run: Smoke) -> None:
+    """Most recorded responses carry token rewards before their last token (a response whose every reward is 0
+    cannot show it)."""
+    found = re.match(r"dense token rewards (\d+) of (\d+) recorded", run.line("dense token rewards"))
+    dense, n = int(found.group(1)), int(found.group(2))
+    assert n >= 8 and dense >= n / 2, run.line("dense token rewards")
+
+
 def check_common(run: Smoke, judge: str | None) -> dict[int, dict]:
     """What every smoke run must show: OK verdict, verl's vLLM rollout, 2 steps, synced weights, a checkpoint."""
     assert run.rc == 0, run.tail()
@@ -228,7 +239,7 @@ def react_bot(setup):
 def test_react_qwen_bot_on_verls_vllm_rollout(react_bot):
     """The React recipe's full reward stack on what a warm-started tiny model writes: bundle, lint, render, judge."""
     steps = check_common(react_bot, judge="LLM code judge")
-    assert re.match(r"dense token rewards (\d+) of \1 recorded", react_bot.line("dense token rewards"))
+    check_dense(react_bot)
     for data in steps.values():
         for part in ("compile", "eslint", "llm_judge"):
             assert f"reward/{part}/mean" in data, sorted(data)
@@ -245,7 +256,7 @@ def aime_bot(setup):
 def test_aime_qwen_bot_on_verls_vllm_rollout(aime_bot):
     """The AIME recipe: the math server's Eq. 8 with a real step judge, dense rewards into BoT."""
     steps = check_common(aime_bot, judge="step judge")
-    assert re.match(r"dense token rewards (\d+) of \1 recorded", aime_bot.line("dense token rewards"))
+    check_dense(aime_bot)
     for data in steps.values():
         assert "reward/answer/mean" in data and "reward/format/mean" in data
         assert "bot/adv_abs_max" in data
@@ -296,8 +307,9 @@ def test_aime_qwen_vps_probe_logprobs_equal_the_trainers_weights(aime_vps):
     share their prompt and prefix) equal a teacher-forced forward of the trainer's weights after step 1's update."""
     import torch
 
-    first_estimate = min(call["time"] for call in aime_vps.probe("vps.jsonl"))
-    probes = [p for p in aime_vps.probe("probes.jsonl") if p["time"] > first_estimate]  # step 2's
+    first, second = sorted(call["time"] for call in aime_vps.probe("vps.jsonl"))
+    # step 2's rollout probes: after step 1's estimate, before step 2's (the final validation's use step 2's weights)
+    probes = [p for p in aime_vps.probe("probes.jsonl") if first < p["time"] < second]
     assert len(probes) >= 8, len(probes)
     model = _trainer_weights(aime_vps.dir / "ckpt" / "global_step_1" / "actor")
     worst = 0.0
@@ -316,7 +328,9 @@ def test_aime_qwen_vps_probe_logprobs_equal_the_trainers_weights(aime_vps):
 
 @pytest.fixture(scope="module")
 def aime_grail(setup):
-    return Smoke(setup, "aime_qwen", "grail").run()
+    # GRAIL scores answers only and the tiny model solves ~1 in 10: 8 groups of 8 a step make groups with both
+    # outcomes (the only ones with advantages) all but certain, where 4 of 4 leave a step all tied one time in 6
+    return Smoke(setup, "aime_qwen", "grail", SMOKE_BATCH="8", ROLLOUT_N="8").run()
 
 
 def test_aime_qwen_grail_weights_reach_verls_loss(aime_grail):

@@ -95,9 +95,9 @@ def build_model(
     prompts: str | Path | None = None,
 ):
     """Write a tokenizer and a tiny `Qwen2ForCausalLM` to `out_dir`: randomly initialised from `seed`, then
-    pre-trained by a warm start: `"toy_math"` on that task (`verl_bot.cpu.toy_math.warm_start(**warm_start_kwargs)`),
-    `"react"` on the chat prompts of the verl parquet `prompts`, answered with components
-    (`verl_bot.cpu.toy_react.warm_start`)."""
+    pre-trained by a warm start: `"toy_math"` on that task (`verl_bot.cpu.toy_math.warm_start(**warm_start_kwargs)`;
+    with `prompts`, a verl parquet of toy_math problems in another wording, in that wording), `"react"` on the chat
+    prompts of the verl parquet `prompts`, answered with components (`verl_bot.cpu.toy_react.warm_start`)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -106,7 +106,8 @@ def build_model(
     if warm_start == "toy_math":
         from verl_bot.cpu import toy_math
 
-        tokenizer = build_tokenizer(out_dir, extra_corpus=toy_math.tokenizer_corpus(), tags=toy_math.TAG_TOKENS)
+        corpus = toy_math.tokenizer_corpus() + ([toy_math.prompt_template_of(prompts)] if prompts else [])
+        tokenizer = build_tokenizer(out_dir, extra_corpus=corpus, tags=toy_math.TAG_TOKENS)
     elif warm_start == "react":
         from verl_bot.cpu import toy_react
 
@@ -142,12 +143,20 @@ def build_model(
         tokenizer = AutoTokenizer.from_pretrained(out_dir)
         kwargs = warm_start_kwargs or {}
         if warm_start == "toy_math":
+            if prompts is not None:
+                kwargs = {"prompt_template": toy_math.prompt_template_of(prompts), **kwargs}
             summary["warm_start"] = toy_math.warm_start(model, tokenizer, seed=seed, **kwargs)
         else:
             summary["warm_start"] = toy_react.warm_start(model, tokenizer, texts, seed=seed, **kwargs)
     model.save_pretrained(out_dir)
     (Path(out_dir) / "verl_bot_tiny.json").write_text(json.dumps(summary))
     return model, tokenizer
+
+
+def warm_start_kwargs(args: argparse.Namespace) -> dict:
+    """The warm start's settings given on the command line (the others keep its defaults)."""
+    given = {"steps": args.warm_steps, "batch_size": args.warm_batch}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def main() -> None:
@@ -159,13 +168,16 @@ def main() -> None:
                         "attention needs hidden-size / heads >= 32")
     parser.add_argument("--seed", type=int, default=0, help="initialisation (and warm-start) seed")
     parser.add_argument("--warm-start", choices=[w for w in WARM_STARTS if w], default=None)
-    parser.add_argument("--prompts", default=None, help="--warm-start react: the verl parquet whose prompts it answers")
+    parser.add_argument("--prompts", default=None, help="the verl parquet whose prompts the warm start answers "
+                        "(react: needed; toy_math: its problems' wording, e.g. the AIME recipes')")
+    parser.add_argument("--warm-steps", type=int, default=None, help="warm-start optimizer steps (its default)")
+    parser.add_argument("--warm-batch", type=int, default=None, help="warm-start batch size (its default)")
     args = parser.parse_args()
     if (Path(args.out_dir) / "verl_bot_tiny.json").exists():
         print(f"reusing tiny model in {args.out_dir}")
         return
     build_model(args.out_dir, args.hidden_size, args.layers, seed=args.seed, num_heads=args.heads,
-                warm_start=args.warm_start, prompts=args.prompts)
+                warm_start=args.warm_start, prompts=args.prompts, warm_start_kwargs=warm_start_kwargs(args))
     print(f"wrote tiny model to {args.out_dir}")
 
 

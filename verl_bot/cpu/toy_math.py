@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 MAX_VALUE = 9  # every number of a problem and of its steps is one digit (one token)
 MIN_OPS, MAX_OPS = 2, 4  # operations (= steps) per problem
@@ -119,15 +120,17 @@ def warm_start(
     error_rate: float = 0.25,
     min_ops: int = MIN_OPS,
     max_ops: int = MAX_OPS,
+    prompt_template: str = "{problem}",
 ) -> dict:
     """Supervised pre-training of `model` in place on worked solutions with wrong steps (see the module docstring;
     the loop is `verl_bot.cpu.pretrain.supervised`). Deterministic for `seed` (problems, injected errors, batch
-    order and the torch RNG). Returns a summary (final loss, settings)."""
+    order and the torch RNG). `prompt_template`: the user message around the problem ("Compute 3+4-2."), e.g.
+    the AIME recipes' instruction (`prompt_template_of`). Returns a summary (final loss, settings)."""
     from verl_bot.cpu.pretrain import loss_summary, supervised
 
     def examples(rng: random.Random) -> list[tuple[str, str]]:
         batch = [sample_problem(rng, min_ops, max_ops) for _ in range(batch_size)]
-        return [(p.prompt, solution(p, rng, error_rate)) for p in batch]
+        return [(prompt_template.format(problem=p.prompt), solution(p, rng, error_rate)) for p in batch]
 
     losses = supervised(model, tokenizer, examples, seed=seed, steps=steps, lr=lr)
     return {
@@ -138,5 +141,19 @@ def warm_start(
         "lr": lr,
         "error_rate": error_rate,
         "ops": [min_ops, max_ops],
+        **({"prompt_template": prompt_template} if prompt_template != "{problem}" else {}),
         **loss_summary(losses),
     }
+
+
+def prompt_template_of(parquet: str | Path) -> str:
+    """The user message of a verl parquet's first row with its problem (`extra_info.problem`, as
+    recipes/data/aime.py writes it) replaced by `{problem}`: the wording the warm start then trains on."""
+    import pyarrow.parquet as pq
+
+    row = pq.read_table(parquet, columns=["prompt", "extra_info"]).slice(0, 1).to_pylist()[0]
+    message = "\n".join(m["content"] for m in row["prompt"] if m.get("role") == "user")
+    problem = (row.get("extra_info") or {}).get("problem")
+    if not problem or problem not in message:
+        raise ValueError(f"{parquet}: its first row's prompt does not contain its extra_info.problem")
+    return message.replace("{", "{{").replace("}", "}}").replace(problem, "{problem}")
