@@ -46,6 +46,11 @@ WINDOW = 3
 FINAL = 5
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 
+# The committed grid's conditions (every run of it, so that runs stay comparable): verl-bot's transformers
+# rollout and the tiny model with 4 attention heads, as before recipes/cpu_train.sh moved to verl's vLLM rollout
+# (which needs 2 heads at hidden size 64). The rollout engine is not what the grid compares.
+GRID_CONDITIONS = {"ROLLOUT": "hf", "HEADS": "4"}
+
 # CSV column -> verl metric (file logger); missing metrics are left empty
 CSV_COLUMNS = {
     "score": "reward/score/mean",  # mean G of the step's rollouts
@@ -158,6 +163,7 @@ def run_one(task: str, name: str, seed: int, steps: int, results: Path, work: Pa
     out_dir = work / task / name / f"s{seed}"
     env = {
         **os.environ,
+        **GRID_CONDITIONS,
         **variant.env,
         "ALGO": variant.algo,
         "TASK": task,

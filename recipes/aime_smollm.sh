@@ -14,6 +14,8 @@ set -xeuo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TASK=aime
 MODEL_TAG=smollm
+# shellcheck source=recipes/platform.sh
+source "${ROOT}/recipes/platform.sh"   # PLATFORM=cpu / SMOKE=1 on a machine without a GPU: CPU presets first
 ALGO=${ALGO:-bot}
 MODEL_PATH=${MODEL_PATH:-HuggingFaceTB/SmolLM3-3B}      # local directory or Hugging Face id
 DATA_DIR=${DATA_DIR:-${HOME}/data/verl_bot/aime}       # recipes/data/aime.py: AIME 1983-2024, 80/20 split (paper)

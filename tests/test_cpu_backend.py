@@ -113,7 +113,8 @@ def test_overrides_one_source_for_python_and_bash():
     from verl_bot.cpu import OVERRIDES_FILE, overrides
 
     py = overrides()
-    assert "actor_rollout_ref.rollout.name=hf" in py
+    assert "actor_rollout_ref.rollout.name=vllm" in py  # verl's vLLM rollout on vLLM's CPU build
+    assert overrides(rollout="hf") == [*py, "actor_rollout_ref.rollout.name=hf"]
     assert "transfer_queue.backend.SimpleStorage.num_data_storage_units=1" in py
     assert all(not o.startswith("#") and o == o.strip() and o for o in py)
     repo = OVERRIDES_FILE.parents[2]
@@ -131,8 +132,10 @@ def test_overrides_compose_with_verl_config():
 
     cfg = compose_verl_config(overrides() + ["trainer.n_gpus_per_node=2"])
     assert cfg.trainer.device == "cpu"
-    assert cfg.actor_rollout_ref.rollout.name == "hf"
+    assert cfg.actor_rollout_ref.rollout.name == "vllm"
+    assert cfg.actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes == 134217728
     assert cfg.ray_kwargs.ray_init.num_gpus == 2  # follows trainer.n_gpus_per_node
+    assert compose_verl_config(overrides(rollout="hf")).actor_rollout_ref.rollout.name == "hf"
 
 
 # ------------------------------------------------------------------ the rollout server, in this process

@@ -409,6 +409,24 @@ def test_data_script_writes_verl_rows(tmp_path):
     assert set(train["prompt"].map(lambda p: p[0]["content"])) != set(test["prompt"].map(lambda p: p[0]["content"]))
 
 
+def test_the_aime_recipes_cpu_problems_are_the_data_scripts_and_have_answers_aime_py_reads(tmp_path):
+    """recipes/data/aime_cpu.jsonl (the AIME recipes' data on the CPU platform) is what its documented command
+    writes, and recipes/data/aime.py turns it into rows whose ground truth is each chain's value."""
+    shipped = ROOT / "recipes" / "data" / "aime_cpu.jsonl"
+    script = ROOT / "recipes" / "data" / "toy_math.py"
+    subprocess.run([sys.executable, str(script), "--aime-jsonl", str(tmp_path / "a.jsonl"), "--train", "80",
+                    "--seed", "7"], check=True, capture_output=True, timeout=300)
+    assert (tmp_path / "a.jsonl").read_text() == shipped.read_text()
+    subprocess.run([sys.executable, str(ROOT / "recipes" / "data" / "aime.py"), "--input", str(shipped),
+                    "--out-dir", str(tmp_path / "aime")], check=True, capture_output=True, timeout=300)
+    rows = pd.concat([pd.read_parquet(tmp_path / "aime" / f"{s}.parquet") for s in ("train", "test")])
+    assert len(rows) == 80
+    for _, row in rows.iterrows():
+        problem = row["extra_info"]["problem"]
+        assert problem in row["prompt"][-1]["content"]
+        assert row["reward_model"]["ground_truth"] == str(parse_chain(problem).values()[-1])
+
+
 def test_worked_solutions_are_judged_correct_and_injected_errors_wrong():
     import random
 

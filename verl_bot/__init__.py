@@ -6,15 +6,15 @@ so importing a submodule directly (say `verl_bot.advantage.bot`) can never
 re-enter a half-initialised module through verl's plugin loader.
 
 Except in the command-line tools that need nothing of verl (`LIGHT_COMMANDS`,
-run as `python -m <module>`): the evaluation CLI and the quiet console of the
-CPU demo start in a fraction of a second, without verl's start-up warnings,
+run as `python -m <module>`): the evaluation CLI, the quiet console of the
+CPU demo and the smoke run's verdict start in a fraction of a second, without verl's start-up warnings,
 and register nothing in verl (they never train).
 """
 
 import sys
 
 __version__ = "0.1.0"
-LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console")
+LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.smoke")
 
 
 def _light_command() -> bool:

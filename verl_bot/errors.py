@@ -19,3 +19,7 @@ FATAL_KEY = "verl_bot_fatal"
 
 class VerlBotConfigError(ValueError):
     """A misconfiguration of verl-bot or of the run: the run must stop (it is never retried)."""
+
+
+class RolloutEngineError(RuntimeError):
+    """The rollout engine (verl's vLLM server or its workers) failed: the run must stop, naming the cause."""

@@ -7,11 +7,16 @@ follow verl's preprocessors: `data_source`, `prompt` (chat list), `ability`, `re
 ground_truth (the answer as a string)}, `extra_info`. Train and test problems come from different seeds.
 
     python recipes/data/toy_math.py --out DIR [--train 512] [--test 64] [--seed 0] [--min-ops 2] [--max-ops 4]
+
+`--aime-jsonl FILE` writes `--train` problems in the AIME file format instead (the `id`, `year`, `problem`,
+`answer` records `recipes/data/aime.py --input` reads): the AIME recipes' data on the CPU platform,
+`recipes/data/aime_cpu.jsonl`, is `--aime-jsonl recipes/data/aime_cpu.jsonl --train 80 --seed 7`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -34,11 +39,21 @@ def rows(count: int, seed: int, split: str, min_ops: int = MIN_OPS, max_ops: int
     ]
 
 
+def aime_records(count: int, seed: int, min_ops: int = MIN_OPS, max_ops: int = MAX_OPS) -> list[dict]:
+    """`count` toy_math problems as AIME file records (deterministic for `seed`)."""
+    return [
+        {"id": f"toy-{i}", "year": 2000, "problem": p.prompt, "answer": str(p.answer)}
+        for i, p in enumerate(problems(count, seed, min_ops, max_ops), start=1)
+    ]
+
+
 def main() -> None:
     import pandas as pd
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--out", help="folder of train.parquet and test.parquet")
+    target.add_argument("--aime-jsonl", help="one file of AIME-format records instead (--train of them)")
     parser.add_argument("--train", type=int, default=512)
     parser.add_argument("--test", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="train problems; test problems use seed + 1")
@@ -47,9 +62,14 @@ def main() -> None:
     args = parser.parse_args()
     if not 1 <= args.min_ops <= args.max_ops <= 8:
         parser.error("need 1 <= --min-ops <= --max-ops <= 8")
+    ops = (args.min_ops, args.max_ops)
+    if args.aime_jsonl:
+        lines = [json.dumps(r) for r in aime_records(args.train, args.seed, *ops)]
+        Path(args.aime_jsonl).write_text("\n".join(lines) + "\n")
+        print(f"wrote {args.train} toy_math problems in the AIME format to {args.aime_jsonl}")
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ops = (args.min_ops, args.max_ops)
     pd.DataFrame(rows(args.train, args.seed, "train", *ops)).to_parquet(out / "train.parquet")
     pd.DataFrame(rows(args.test, args.seed + 1, "test", *ops)).to_parquet(out / "test.parquet")
     print(f"wrote {args.train} train / {args.test} test toy_math rows to {out}")

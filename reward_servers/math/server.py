@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from reward_servers.common.judge import JudgeClient, JudgeConfig, JudgeError
@@ -149,6 +150,7 @@ class MathScorer(Scorer):
             raise ValueError("without math-verify only the integer fast path can check answers: keep int_fast_path")
         self.pool: WorkerPool | None = None
         self.judge: JudgeClient | None = None
+        self.judge_stats: Counter = Counter()  # responses judged: step_ok / step_unparseable / step_unavailable
         self.prompts = load_prompts(self.cfg.prompt_dir) if self.cfg.prompt_dir else load_prompts()
 
     @property
@@ -189,6 +191,7 @@ class MathScorer(Scorer):
             out["ok"] = pool_ok and reachable
         else:
             out["judge"] = "disabled"
+        out["judge_stats"] = dict(self.judge_stats)
         return out
 
     # ------------------------------------------------------------------ answer
@@ -267,10 +270,13 @@ class MathScorer(Scorer):
         if isinstance(judged, JudgeError):
             flags.append("judge_unavailable")
             info_judge["error"] = str(judged)[:300]
+            self.judge_stats["step_unavailable"] += 1
         elif judged is not None:
             scores = [v.score for v in judged]
-            if any(v.verdict == "unparseable" for v in judged):
+            unparseable = any(v.verdict == "unparseable" for v in judged)
+            if unparseable:
                 flags.append("judge_unparseable")
+            self.judge_stats["step_unparseable" if unparseable else "step_ok"] += 1
             if len(parsed.steps) > cfg.max_steps_judged:
                 flags.append("steps_truncated")
 

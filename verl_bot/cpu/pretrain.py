@@ -1,0 +1,80 @@
+"""Supervised warm start of a tiny model: what the CPU tasks' models learn before RL (`--warm-start`).
+
+`supervised(model, tokenizer, examples, ...)` trains `model` in place on (prompt, response) pairs drawn by
+`examples(rng)` for each step: each example is the chat-templated prompt (as verl renders it:
+`add_generation_prompt=True`) followed by the response and the EOS token; the loss is the mean cross-entropy
+over the response and EOS tokens. Deterministic for the seed (the pairs, the batch order and the torch RNG),
+single-threaded (a 100k-parameter model gains nothing from more threads; on a loaded machine two are ~10x
+slower). Used by `verl_bot.cpu.toy_math` and `verl_bot.cpu.toy_react`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+
+def supervised(
+    model,
+    tokenizer,
+    examples: Callable[[random.Random], list[tuple[str, str]]],
+    seed: int,
+    steps: int,
+    lr: float,
+) -> list[float]:
+    """Train `model` for `steps` AdamW steps on `examples(rng)` batches (warm-up 20 steps, linear decay); returns
+    the loss of every step."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(seed)
+        rng = random.Random(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: min(1.0, (i + 1) / 20) * (1 - i / steps))
+        model.train()
+        losses = []
+        for _ in range(steps):
+            loss = model(**_batch(tokenizer, examples(rng))).loss
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+        model.eval()
+        return losses
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _batch(tokenizer, pairs: list[tuple[str, str]]) -> dict:
+    """input_ids / attention_mask / labels (prompt tokens and padding masked with -100), right-padded."""
+    import torch
+
+    prompts = tokenizer(
+        [
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            for p, _ in pairs
+        ],
+        add_special_tokens=False,
+    )["input_ids"]
+    answers = tokenizer([r for _, r in pairs], add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    ids = [q + a + [eos] for q, a in zip(prompts, answers, strict=True)]
+    labels = [[-100] * len(q) + a + [eos] for q, a in zip(prompts, answers, strict=True)]
+    width = max(len(x) for x in ids)
+    return {
+        "input_ids": torch.tensor([x + [tokenizer.pad_token_id] * (width - len(x)) for x in ids]),
+        "attention_mask": torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
+        "labels": torch.tensor([y + [-100] * (width - len(y)) for y in labels]),
+    }
+
+
+def loss_summary(losses: list[float]) -> dict:
+    """The final loss (mean of the last 10 steps) and every 25th step's loss."""
+    return {
+        "final_loss": sum(losses[-10:]) / min(10, len(losses)),
+        "loss_every_25": [round(x, 4) for x in losses[::25]],
+    }

