@@ -37,8 +37,8 @@ state = {
     "engine_device": os.environ.get("VERL_ENGINE_DEVICE"),
 }
 try:
-    import verl_bot.plugin as plugin
-    state["plugin_cpu"] = (plugin._registered or {}).get("cpu")
+    import verl_bot.cpu as cpu
+    state["plugin_cpu"] = cpu._done or []
 except Exception as e:
     state["plugin_cpu"] = repr(e)
 print("STATE=" + json.dumps(state))

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import functools
 
+from verl_bot.hooks._ledger import LEDGER
+from verl_bot.hooks._on_import import when_imported
+
 ROLLOUT_NAME = "hf"
 ROLLOUT_ADAPTER = "verl_bot.cpu.hf_rollout.HFServerAdapter"
 PATCHED_ATTR = "__verl_bot_hook__"
@@ -33,8 +36,9 @@ PATCHED_ATTR = "__verl_bot_hook__"
 def _rollout_registry() -> str:
     from verl.workers.rollout import base as rollout_base
 
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = ROLLOUT_ADAPTER
-    return "_ROLLOUT_REGISTRY[hf,async]"
+    label = "_ROLLOUT_REGISTRY[hf,async]"
+    LEDGER.setitem(rollout_base._ROLLOUT_REGISTRY, (ROLLOUT_NAME, "async"), ROLLOUT_ADAPTER, label)
+    return label
 
 
 def _gloo_default_backend() -> str:
@@ -46,7 +50,7 @@ def _gloo_default_backend() -> str:
             from verl_bot.compat import VerlApiMismatch
 
             raise VerlApiMismatch(f"unexpected defaults of initialize_global_process_group_ray: {fn.__defaults__}")
-        fn.__defaults__ = (None, "cpu:gloo")
+        LEDGER.setattr(fn, "__defaults__", (None, "cpu:gloo"), "initialize_global_process_group_ray.backend")
     return "initialize_global_process_group_ray.backend=cpu:gloo"
 
 
@@ -62,10 +66,15 @@ def _unpinned_offload_policy() -> str:
             return original(*args, **kwargs)
 
         setattr(unpinned, PATCHED_ATTR, True)
-        transformer_impl.CPUOffloadPolicy = unpinned
-    return "transformer_impl.CPUOffloadPolicy(pin_memory=False)"
+        LEDGER.setattr(transformer_impl, "CPUOffloadPolicy", unpinned, P5)
+    return P5
+
+
+P5 = "transformer_impl.CPUOffloadPolicy(pin_memory=False)"
+FSDP_ENGINE = "verl.workers.engine.fsdp.transformer_impl"
 
 
 def install() -> list[str]:
-    """Apply P1, P2, P5 (idempotent); returns their names."""
-    return [_rollout_registry(), _gloo_default_backend(), _unpinned_offload_policy()]
+    """Apply P1 and P2, and P5 once verl imports its FSDP engine (idempotent, in the ledger); returns their names."""
+    when_imported(FSDP_ENGINE, functools.partial(LEDGER.step, f"CPU backend {P5}", _unpinned_offload_policy))
+    return [_rollout_registry(), _gloo_default_backend(), P5]
