@@ -24,7 +24,6 @@ which started before it, is not waited for).
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +43,7 @@ def _run(fns: list[Callable[[], Any]]) -> None:
         fn()
 
 
-class _RunAfter(importlib.abc.Loader):
+class _RunAfter:  # a loader (importlib.abc.Loader's protocol; importing that module costs more than all of this)
     """The module's own loader, then the steps awaiting the module (and those that waited for it)."""
 
     def __init__(self, loader: Any, name: str) -> None:
@@ -73,7 +72,7 @@ class _RunAfter(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:  # a meta path finder (importlib.abc.MetaPathFinder's protocol)
     """Finds nothing itself: hands the specs of awaited modules and of verl-bot's on with their loaders wrapped."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
