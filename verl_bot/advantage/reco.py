@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 from verl.utils.groupwise import as_torch_index
 
 from verl_bot.advantage.common import group_sum, raise_for_rows
@@ -165,6 +164,8 @@ def compute_reco_advantage(
             "adv_estimator=reco needs the batch's old log-probs (old_log_probs), which verl-bot's trainer hooks "
             "put in the batch context; outside verl's v1 trainer call `reco_weights` directly"
         )
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # imported by verl's trainer
+
     weights, stats = reco_weights(old_log_probs, response_mask, index, **options)
     advantages, _ = compute_grpo_outcome_advantage(
         token_level_rewards=token_level_rewards,
