@@ -312,6 +312,26 @@ def test_import_verl_imports_nothing_of_verls_for_verl_bot():
     assert not {"verl_bot.advantage", "verl_bot.preflight", "verl_bot.usage"} & set(extra)  # they wait for a run
 
 
+WORKER = r"""
+import json, sys
+import verl
+import verl.experimental.reward_loop.reward_loop  # what a reward worker of a stock run imports, and uses:
+from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+assert get_reward_manager_cls("naive").__name__ == "NaiveRewardManager"
+from verl_bot.hooks._ledger import LEDGER
+print(json.dumps({"changes": LEDGER.changes, "core_algos": "verl.trainer.ppo.core_algos" in sys.modules}))
+"""
+
+
+def test_a_reward_worker_gets_the_reward_manager_and_nothing_of_the_trainer():
+    """A process that does not train installs only what it uses: a reward worker imports verl's reward loop, so
+    verl-bot registers its manager there, and neither imports verl's trainer code nor hooks it."""
+    proc = fresh_python(WORKER)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"changes": ["config.validate_config", "reward_manager:bot"], "core_algos": False}
+
+
 # ---------------------------------------------------------------------------------------------- 5. logging
 @pytest.mark.parametrize(
     "environ, level",
