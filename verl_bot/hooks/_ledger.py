@@ -106,10 +106,13 @@ class Ledger:
         logger.debug("verl-bot: the failed step's traceback", exc_info=exc)
 
     def rollback(self) -> None:
-        """Undo every recorded change, newest first."""
+        """Undo every recorded change, newest first (an undo that fails does not stop the others)."""
         while self._undo:
-            _label, undo = self._undo.pop()
-            undo()
+            label, undo = self._undo.pop()
+            try:
+                undo()
+            except Exception:  # noqa: BLE001 - the other changes must be undone all the same
+                logger.debug("verl-bot: could not undo %s", label, exc_info=True)
 
 
 LEDGER = Ledger()
