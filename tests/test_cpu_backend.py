@@ -37,8 +37,8 @@ state = {
     "engine_device": os.environ.get("VERL_ENGINE_DEVICE"),
 }
 try:
-    import verl_bot.plugin as plugin
-    state["plugin_cpu"] = (plugin._registered or {}).get("cpu")
+    import verl_bot.cpu as cpu
+    state["plugin_cpu"] = cpu._done or []
 except Exception as e:
     state["plugin_cpu"] = repr(e)
 print("STATE=" + json.dumps(state))
@@ -167,6 +167,35 @@ def test_server_generate_batches_and_logprobs_match_forward(server):
             assert torch.allclose(ref, torch.tensor(o.log_probs), atol=1e-4), (ref, o.log_probs)
             eos = set(server.eos_token_ids)
             assert not eos.intersection(o.token_ids[:-1])  # stops at the first EOS
+
+
+def test_full_determinism_makes_the_samples_depend_on_seed_weights_and_prompts_only(tiny_model_dir):
+    """verl's `rollout.full_determinism=true`: two servers, the requests in other orders and batch neighbours,
+    the same samples of each prompt (the n rollouts of a prompt as a set); another seed, other samples; a
+    weight update starts the count again (the seed includes the version)."""
+    texts = ["hi", "write a much longer text please, thank you", "ok"]
+
+    def samples(server, order, n=3):
+        prompts = [_prompt_ids(server, texts[i]) for i in order for _ in range(n)]
+        params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": False}
+
+        async def run():
+            return await asyncio.gather(*[server.generate(p, dict(params), f"r{i}") for i, p in enumerate(prompts)])
+
+        by_prompt: dict[str, list] = {}
+        for p, out in zip(prompts, asyncio.run(run()), strict=True):
+            by_prompt.setdefault(str(p), []).append(out.token_ids)
+        return {k: sorted(v) for k, v in by_prompt.items()}
+
+    first = hf_server(tiny_model_dir, full_determinism=True, seed=7)
+    second = hf_server(tiny_model_dir, full_determinism=True, seed=7)
+    reference = samples(first, [0, 1, 2])
+    assert samples(second, [2, 0, 1]) == reference
+    assert len({tuple(map(tuple, v)) for v in reference.values()}) == 3 and any(len({tuple(s) for s in v}) > 1
+                                                                              for v in reference.values())
+    assert samples(hf_server(tiny_model_dir, full_determinism=True, seed=8), [0, 1, 2]) != reference
+    first.finish_weight_update()  # same weights, version 1
+    assert samples(first, [1, 2, 0]) != reference and first._occurrences
 
 
 def test_server_prompt_logprobs_match_a_teacher_forced_forward(server):

@@ -157,14 +157,16 @@ core_algos.POLICY_LOSS_REGISTRY["vanilla"] = vanilla_probe
 
 if os.environ.get("VB_INJECT") == "weight_sync":  # loading the trainer's weights fails inside vLLM's worker
     import time
-    from verl_bot.hooks._patch import when_imported
+    import sys
+    from verl_bot.hooks._on_import import when_imported
 
-    def _failing_update(module):
+    def _failing_update():
         def _update_weights(self, *args, **kwargs):
             _write({"injected_at": time.time()})
             raise RuntimeError("injected: this bucket cannot be loaded")
 
-        module.vLLMColocateWorkerExtension._update_weights = _update_weights
+        utils = sys.modules["verl.workers.rollout.vllm_rollout.utils"]
+        utils.vLLMColocateWorkerExtension._update_weights = _update_weights
 
     when_imported("verl.workers.rollout.vllm_rollout.utils", _failing_update)
 '''
@@ -556,6 +558,68 @@ def _wait_for_step(run: Run, step: int, timeout: float) -> None:
 
 def _stderr_last_line(run: Run) -> str:
     return next(line for line in reversed(run.output().splitlines()) if line.startswith("verl-bot: run stopped:"))
+
+
+STOCK_REWARD = """
+def compute_score(data_source, solution_str, ground_truth=None, extra_info=None):
+    \"\"\"A stock verl custom reward: the share of vowel-free characters, and whether the response has none.\"\"\"
+    vowels = sum(c in "aeiou" for c in solution_str.lower())
+    return {"score": 1.0 - vowels / max(len(solution_str), 1), "acc": float(vowels == 0)}
+"""
+WALL_CLOCK = ("timing_s/", "timing_per_token_ms/")  # and every "perf/" key: time, throughput, memory in use
+
+
+def stock_grpo_run(workdir: Path, name: str, plugin: bool) -> Run:
+    """verl's GRPO with its naive manager and a custom reward, 2 steps, rollout.full_determinism=true (the hf
+    rollout then samples from the seed, the weights and the prompts alone), started. Without the plugin, verl
+    loads only the CPU backend (verl_bot/cpu/only.py)."""
+    (workdir / "stock_reward.py").write_text(STOCK_REWARD)
+    run = Run(
+        workdir,
+        name,
+        [
+            "algorithm.adv_estimator=grpo",
+            "reward.reward_manager.name=naive",
+            f"reward.custom_reward_function.path={workdir / 'stock_reward.py'}",
+            "reward.custom_reward_function.name=compute_score",
+            "actor_rollout_ref.rollout.full_determinism=True",
+        ],
+    )
+    run.env["VERL_USE_EXTERNAL_MODULES"] = "" if plugin else "verl_bot.cpu.only"
+    run.env["VERL_USE_EXTERNAL_PLUGINS"] = "auto" if plugin else "none"
+    return run.start()
+
+
+def step_metrics(run: Run) -> list[dict]:
+    """Each step's metrics of a finished run (which printed no line of verl-bot's)."""
+    log = run.output()
+    assert "verl-bot" not in log, [ln for ln in log.splitlines() if "verl-bot" in ln][:5]
+    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    return [m["data"] for m in sorted(metrics, key=lambda m: m["step"])]
+
+
+def test_a_stock_grpo_run_is_the_same_with_the_plugin_loaded(workdir):
+    """A run that does not use verl-bot (issue 23): verl's GRPO with its naive manager, once with verl-bot's plugin
+    loaded in every process and once without it (verl's VERL_USE_EXTERNAL_PLUGINS=none; the CPU backend alone),
+    side by side: the same metric keys at every step, and the same values for the same seed and samples, up to
+    float32 rounding (the rollouts reach the trainer in another order, so its sums add them in another order)
+    except time and memory; no line of verl-bot's in the output."""
+    runs = [stock_grpo_run(workdir, "stock_plugin", plugin=True), stock_grpo_run(workdir, "stock_none", plugin=False)]
+    try:
+        codes = [run.wait(timeout=600) for run in runs]
+    finally:
+        for run in runs:
+            run.cleanup()
+    for run, rc in zip(runs, codes, strict=True):
+        assert rc == 0, run.output(6000)
+    with_plugin, without = (step_metrics(run) for run in runs)
+    assert len(with_plugin) == len(without) == 2
+    for step, (a, b) in enumerate(zip(with_plugin, without, strict=True), start=1):
+        assert sorted(a) == sorted(b), (step, sorted(set(a) ^ set(b)))
+        values = {k: (a[k], b[k]) for k in a if not k.startswith(WALL_CLOCK) and "perf/" not in k}
+        differ = {k: v for k, v in values.items() if v[0] != pytest.approx(v[1], rel=1e-5, abs=1e-6)}
+        assert not differ, (step, differ)
+        assert a["response_length/mean"] == b["response_length/mean"] and a["actor/grad_norm"] > 0
 
 
 def test_rollout_engine_dies_stops_the_run_with_its_cause(workdir):

@@ -74,18 +74,26 @@ def test_a_planted_circle_is_found():
 
 
 def test_only_the_plugin_and_the_cpu_backend_install_hooks():
-    """The plugin installs the hooks, the CPU backend its own; the manager and the start-up checks only read
-    verl's reward functions (hooks/reward_functions.py changes nothing of verl)."""
-    reader = "verl_bot.hooks.reward_functions"
-    users: dict[str, set[str]] = {}
-    for name, deps in import_graph().items():
-        if not name.startswith("verl_bot.hooks"):
-            hooks = {d for d in deps if d.startswith("verl_bot.hooks")}
-            if hooks:
-                users[name] = hooks
-    assert {name for name, hooks in users.items() if reader not in hooks} == {"verl_bot.plugin", "verl_bot.cpu"}
-    readers = {name: hooks for name, hooks in users.items() if reader in hooks}
-    assert readers == {n: {"verl_bot.hooks", reader} for n in ("verl_bot.rewards.verl_scorer", "verl_bot.preflight")}
+    """The plugin installs the hooks, the CPU backend its own; nothing else reaches into hooks/ (what only reads
+    verl's reward functions lives with the reward path, in rewards/: no arrow from a lower floor up into hooks/)."""
+    users = {
+        name
+        for name, deps in import_graph().items()
+        if not name.startswith("verl_bot.hooks") and any(d.startswith("verl_bot.hooks") for d in deps)
+    }
+    assert users == {"verl_bot.plugin", "verl_bot.cpu"}
+
+
+def test_every_module_of_the_hooks_folder_changes_verl():
+    """hooks/ is for what changes verl or its process: a wrapper (`wrap`), a ledger entry, the driver's hook;
+    its helpers start with an underscore."""
+    idle = [
+        path.name
+        for path in (PACKAGE / "hooks").glob("*.py")
+        if not path.name.startswith("_")
+        and not any(needle in path.read_text() for needle in ("wrap(", "LEDGER.", "sys.excepthook ="))
+    ]
+    assert not idle, idle
 
 
 def test_estimators_and_the_ground_floor_import_no_wrapper():

@@ -5,7 +5,8 @@ tags); then verl 0.9.1's own `ReplayBuffer` classifies them:
 
 - DAPO's dynamic sampling on `acc` (what the recipes filter on) drops groups whose outcome is uniform, while
   the continuous `score` keeps almost every group (issue: DAPO filtered on the score and dropped nothing);
-- a trajectory carrying verl-bot's fatal marker stops sampling with the marker's message;
+- a trajectory carrying verl-bot's fatal marker stops sampling with the marker's message (the buffer of a
+  verl-bot run); verl's own buffer classes are untouched and sample trajectories without `extra_fields`;
 - the hooks' row readers see each row's extra_fields and data_source in batch order, and padding tags.
 """
 
@@ -18,6 +19,7 @@ from omegaconf import OmegaConf
 from tests.conftest import compose_verl_config
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks.compute_advantage import failed_mask, fetch_rows, padding_mask
+from verl_bot.hooks.replay_buffer import arm
 
 
 @pytest.fixture(scope="module")
@@ -35,17 +37,15 @@ def tq():
 
 
 def put_group(tq, uid, infos, partition="train", data_source="toy_math"):
-    """A finished GRPO group as verl's agent loop leaves it: the prompt key and one trajectory per rollout."""
+    """A finished GRPO group as verl's agent loop leaves it: the prompt key and one trajectory per rollout
+    (`infos` None: trajectories without `extra_fields`, as verl's own replay-buffer tests write them)."""
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    keys = [f"{uid}_{i}_0" for i in range(len(infos))]
+    keys = [f"{uid}_{i}_0" for i in range(len(infos or [None, None]))]
     fields = [
-        {
-            "responses": torch.tensor([1, 2, 3]),
-            "extra_fields": {"reward_extra_info": info},
-            "data_source": data_source,
-        }
-        for info in infos
+        {"responses": torch.tensor([1, 2, 3]), "data_source": data_source}
+        | ({} if infos is None else {"extra_fields": {"reward_extra_info": infos[i]}})
+        for i in range(len(keys))
     ]
     tags = [{"status": "success", "global_steps": 0, "min_global_steps": 0, "max_global_steps": 0} for _ in keys]
     tq.kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(fields), tags=tags, partition_id=partition)
@@ -90,9 +90,27 @@ def test_a_fatal_marker_stops_verls_sampling_loop_with_its_message(tq):
     put_group(tq, "fatalgood", [{"acc": 1.0}, {"acc": 0.0}], partition="val")
     put_group(tq, "fatalbad", [{"acc": 0.0}, {FATAL_KEY: "bot reward manager: no scorer for data_source='nope'"}],
               partition="val")
-    buffer = replay_buffer(None)
+    buffer = arm(replay_buffer(None))
     with pytest.raises(VerlBotConfigError, match=r"1 of 4 finished val trajectories.*no scorer for data_source='nope'"):
         buffer.sample(global_steps=0, partition_id="val", batch_size=2)
+    tq.kv_clear(partition_id="val", keys=[k for uid in ("fatalgood", "fatalbad") for k in [uid, f"{uid}_0_0",
+                                                                                            f"{uid}_1_0"]])
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("armed", [False, True])
+def test_verls_own_buffer_is_untouched_and_samples_trajectories_without_extra_fields(tq, armed):
+    """A stock run's buffer: verl's class as verl wrote it (no verl-bot read); an armed buffer reads such
+    trajectories without failing (no marker there)."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+
+    assert not any(getattr(vars(cls).get("_terminal_eviction_reasons"), "__wrapped__", None)
+                   for cls in (ReplayBuffer, ReplayBufferAsync))
+    keys = put_group(tq, f"bare{int(armed)}a", None) + put_group(tq, f"bare{int(armed)}b", None)
+    buffer = arm(replay_buffer(None)) if armed else replay_buffer(None)
+    batch, _ = buffer.sample(global_steps=0, partition_id="train", batch_size=2)
+    assert sorted(batch.keys) == sorted(keys)
+    tq.kv_clear(partition_id="train", keys=[*keys, f"bare{int(armed)}a", f"bare{int(armed)}b"])
 
 
 def test_row_readers_follow_the_batch_order(tq):

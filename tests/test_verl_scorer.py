@@ -15,10 +15,10 @@ from verl.utils.reward_score import default_compute_score, gsm8k
 
 from tests.test_reward_manager import make_batch, worker_for
 from verl_bot.errors import FATAL_KEY
-from verl_bot.hooks.reward_functions import default_data_sources, default_knows
 from verl_bot.rewards.spans import char_values, token_char_spans, token_local_values
 from verl_bot.rewards.toy import toy_lint
 from verl_bot.rewards.verdict import InvalidVerdict
+from verl_bot.rewards.verl_functions import default_data_sources, default_knows
 from verl_bot.rewards.verl_scorer import verdict_from_result
 
 # A user's verl reward function file: verl's signature, a dict with parts and a local span, and the

@@ -3,7 +3,9 @@
 `import verl` comes first: verl then loads this package's entry point and
 `verl_bot.plugin.register()` runs before any submodule of verl_bot executes,
 so importing a submodule directly (say `verl_bot.advantage.bot`) can never
-re-enter a half-initialised module through verl's plugin loader.
+re-enter a half-initialised module through verl's plugin loader (and what
+`register()` installs later waits until no verl-bot module is half imported:
+`verl_bot.hooks._on_import`).
 
 Except in the command-line tools that need nothing of verl (`LIGHT_COMMANDS`,
 run as `python -m <module>`): the evaluation CLI, the quiet console of the

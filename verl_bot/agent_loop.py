@@ -17,10 +17,10 @@ import functools
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from verl_bot.advantage.vps import AGENT_LOOP, PROBE_FIELD, VPSSettings
+from verl_bot.advantage.vps import PROBE_FIELD, VPSSettings
 from verl_bot.probing import answer_text, choose_template, probe_params, probe_rollout
 
 
@@ -73,9 +73,3 @@ class VPSAgentLoop(SingleTurnAgentLoop):
         return await self.server_manager.generate(
             request_id=uuid4().hex, prompt_ids=ids, sampling_params=probe_params(str(self.rollout_config.name))
         )
-
-
-def register_agent_loops() -> list[str]:
-    """Register verl-bot's agent loops with verl's agent-loop registry (idempotent); returns their names."""
-    register(AGENT_LOOP)(VPSAgentLoop)
-    return [AGENT_LOOP]

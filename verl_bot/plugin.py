@@ -1,10 +1,25 @@
-"""The one entry point verl calls: `register()` puts everything verl-bot adds into verl's registries.
+"""The one entry point verl calls: `register()` readies everything verl-bot adds to verl, in this process.
 
 verl 0.9.1 imports every `verl.plugins` entry point in every process that
-imports `verl` (driver, TaskRunner, Ray workers) and logs a failure only at
-DEBUG level. So `register()` checks verl's version itself (`verl_bot.compat`)
-and raises `VerlApiMismatch` with a clear message when it does not match, logs
-what it registered at INFO, and is idempotent (a second call does nothing).
+imports `verl` (driver, TaskRunner, Ray workers, vLLM servers, scripts) and
+logs a failure only at DEBUG level. `register()` (idempotent):
+
+1. checks verl's version (`verl_bot.compat`);
+2. registers the CPU backend, only when it is selected (`VERL_PLATFORM=cpu`);
+3. schedules verl-bot's registry entries and hooks (`verl_bot.hooks.install`),
+   each for when verl imports the module it changes; so `import verl` imports
+   nothing heavy of verl's on verl-bot's account.
+
+It is one transaction (`verl_bot.hooks._ledger`): whatever fails, now or at a
+later import, undoes every change and logs one ERROR line saying what is
+unavailable and why; verl then runs as it would without verl-bot. Nothing is
+logged otherwise: the one INFO line of a run that uses verl-bot comes from its
+driver (`verl_bot.hooks.validate_config`). Every hook passes through to verl
+for a run that does not use verl-bot (`verl_bot.usage`).
+
+verl-bot logs to the `verl_bot` logger, which propagates to the root logger
+(verl's format) and has no handler of its own. Its level: `VERL_BOT_LOG_LEVEL`,
+else verl's `VERL_LOGGING_LEVEL`, else INFO; any case (`info`, `Warning`).
 """
 
 from __future__ import annotations
@@ -12,66 +27,42 @@ from __future__ import annotations
 import logging
 import os
 
-from verl_bot.compat import SUPPORTED_VERL, VerlApiMismatch, check_verl_version
+from verl_bot.compat import VerlApiMismatch, check_verl_version
+from verl_bot.hooks._ledger import LEDGER, Ledger
 
 logger = logging.getLogger("verl_bot")
+LEVEL_ENVS = ("VERL_BOT_LOG_LEVEL", "VERL_LOGGING_LEVEL")
 
-_registered: dict[str, list[str]] | None = None
+_registered = False
 
-__all__ = ["register", "VerlApiMismatch", "check_verl_version", "logger"]
-
-
-def _ensure_logging() -> None:
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[verl-bot] %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
-    logger.setLevel(os.getenv("VERL_BOT_LOG_LEVEL", "INFO"))
+__all__ = ["register", "VerlApiMismatch", "check_verl_version", "logger", "log_level"]
 
 
-def register() -> dict[str, list[str]]:
-    """Register verl-bot's estimators, policy losses, reward managers, agent loops and hooks in verl. Idempotent.
+def log_level(environ: dict | None = None) -> int:
+    """The `verl_bot` logger's level: the first of `LEVEL_ENVS` that names a level (any case), else INFO."""
+    environ = os.environ if environ is None else environ
+    for name in LEVEL_ENVS:
+        level = logging.getLevelName(str(environ.get(name, "")).strip().upper())
+        if isinstance(level, int):
+            return level
+    return logging.INFO
 
-    Returns what was registered, by kind: `{"cpu": [...], "adv_estimators": [...], "policy_losses": [...],
-    "reward_managers": [...], "agent_loops": [...], "hooks": [...]}` (`cpu` is empty unless the CPU backend
-    was selected with `VERL_PLATFORM=cpu`).
-    """
-    global _registered
-    if _registered is not None:
-        return _registered
-    _ensure_logging()
-    from verl_bot.cpu import quiet_known_noise
 
-    quiet_known_noise()  # before anything imports verl's engines (a no-op unless VERL_PLATFORM=cpu)
-    check_verl_version()
-
+def _steps() -> None:
     from verl_bot import hooks
-    from verl_bot.advantage import register_estimators
-    from verl_bot.agent_loop import register_agent_loops
     from verl_bot.cpu import register_cpu_backend
-    from verl_bot.losses import register_losses
-    from verl_bot.rewards.manager import register_reward_managers
 
-    registered = {
-        "cpu": register_cpu_backend(),  # [] unless VERL_PLATFORM=cpu (see verl_bot/cpu/__init__.py)
-        "adv_estimators": register_estimators(),
-        "policy_losses": register_losses(),
-        "reward_managers": register_reward_managers(),
-        "agent_loops": register_agent_loops(),
-        "hooks": hooks.install(),
-    }
-    _registered = registered
-    logger.info(
-        "registered in verl %s (pid %d): adv_estimator=%s policy_loss=%s reward_manager=%s agent_loop=%s hooks=%s "
-        "cpu_backend=%s",
-        SUPPORTED_VERL,
-        os.getpid(),
-        ",".join(registered["adv_estimators"]),
-        ",".join(registered["policy_losses"]),
-        ",".join(registered["reward_managers"]),
-        ",".join(registered["agent_loops"]),
-        ",".join(registered["hooks"]),
-        ",".join(registered["cpu"]) or "off",
-    )
-    return registered
+    check_verl_version()
+    register_cpu_backend()  # nothing unless VERL_PLATFORM=cpu (see verl_bot/cpu/__init__.py)
+    hooks.install()
+
+
+def register() -> Ledger:
+    """Ready verl-bot in this process (idempotent); returns the ledger of its changes to verl (`changes`,
+    `failure`: why verl-bot is off here, None while it is on)."""
+    global _registered
+    if not _registered:
+        _registered = True
+        logger.setLevel(log_level())
+        LEDGER.step("registering verl-bot in verl", _steps)
+    return LEDGER

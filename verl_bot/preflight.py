@@ -59,12 +59,12 @@ from verl_bot.advantage import estimator_spec
 from verl_bot.advantage import reco as reco_weights
 from verl_bot.advantage.vps import AGENT_LOOP
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.hooks.reward_functions import default_knows, function_config
 from verl_bot.losses import loss_name
 from verl_bot.losses import reco as reco_loss
 from verl_bot.probing import answer_text, probe_params
 from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings, reads_dense_rewards, user_settings
+from verl_bot.rewards.verl_functions import default_knows, function_config
 
 BROADCAST_KEY = "bot_broadcast_scalar"
 logger = logging.getLogger("verl_bot")

@@ -1,14 +1,9 @@
 """Target of the `verl.plugins` entry point: verl imports this module in every process that imports verl.
 
-verl only imports the entry point's module (`EntryPoint.load()`) and hides a
-failure at DEBUG level, so this module calls `register()` itself and reports a
-failure at ERROR level on stderr before re-raising it.
+verl only imports the entry point's module (`EntryPoint.load()`), so this module calls `register()` itself.
+`register()` never raises: a failure undoes all of verl-bot's changes and says so in one ERROR line.
 """
 
-from verl_bot.plugin import logger, register
+from verl_bot.plugin import register
 
-try:
-    register()
-except Exception:
-    logger.exception("verl-bot failed to register in verl; `bot` will be unknown to verl")
-    raise
+register()

@@ -1,4 +1,5 @@
-"""Advantage estimators: pure tensor functions, one module per method; their table and registration in verl.
+"""Advantage estimators: pure tensor functions, one module per method, and their table (put into verl's
+registry by `verl_bot.hooks.registries`).
 
 `ESTIMATORS` says, per estimator, what it reads besides verl's registry arguments:
 `streams` (named reward streams of the `bot` manager, `verl_bot.streams`), `fields`
@@ -50,18 +51,3 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
 def estimator_spec(name: Any) -> EstimatorSpec | None:
     """The spec of verl-bot's estimator `name` (a string or verl's enum), None for verl's own estimators."""
     return ESTIMATORS.get(str(getattr(name, "value", name)))
-
-
-def register_estimators() -> list[str]:
-    """Register verl-bot's estimators with `verl.trainer.ppo.core_algos.register_adv_est`; returns their names.
-
-    An estimator that reads named reward streams (`verl_bot.streams`) also declares them here.
-    """
-    from verl.trainer.ppo import core_algos
-
-    from verl_bot.streams import declare_streams
-
-    for name, spec in ESTIMATORS.items():
-        declare_streams(name, spec.streams)
-        core_algos.register_adv_est(name)(spec.fn)
-    return sorted(ESTIMATORS)

@@ -43,7 +43,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 from verl.utils.groupwise import as_torch_index
 
 from verl_bot.advantage.common import group_sum, raise_for_rows
@@ -221,6 +220,8 @@ def compute_reco_advantage(
             "which verl-bot's trainer hooks put in the batch context; outside verl's v1 trainer call "
             "`reco_weights` directly"
         )
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # imported by verl's trainer
+
     responses = tensors["responses"].to(response_mask.device)
     weights, stats = reco_weights(tensors["old_log_probs"], response_mask, index, responses=responses, **options)
     advantages, _ = compute_grpo_outcome_advantage(

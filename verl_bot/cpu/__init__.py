@@ -73,6 +73,7 @@ import warnings
 from pathlib import Path
 
 from verl_bot.compat import SUPPORTED_VERL
+from verl_bot.hooks._ledger import LEDGER
 
 logger = logging.getLogger("verl_bot")
 
@@ -128,6 +129,8 @@ def quiet_known_noise() -> list[str]:
     if _quieted is not None:
         return list(_quieted)
     warnings.filterwarnings("ignore", message=ENGINE_NOTES, category=UserWarning)
+    ignore = warnings.filters[0]
+    LEDGER.record("warnings-filter:optional-engines", lambda: warnings.filters.remove(ignore))
     done = ["warnings-filter:optional-engines"]
     if TQ_THREADS_ENV not in os.environ:
         try:
@@ -137,7 +140,7 @@ def quiet_known_noise() -> list[str]:
         except ImportError:  # pragma: no cover - TransferQueue depends on psutil
             cores = 0
         if 0 < cores < TQ_DEFAULT_THREADS:
-            os.environ[TQ_THREADS_ENV] = str(cores)
+            LEDGER.setenv(TQ_THREADS_ENV, str(cores), f"env:{TQ_THREADS_ENV}")
             done.append(f"env:{TQ_THREADS_ENV}={cores}")
     _quieted = done
     return list(done)
@@ -176,33 +179,24 @@ def register_cpu_backend() -> list[str]:
     done: list[str] = quiet_known_noise()
 
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
-        del os.environ["CUDA_VISIBLE_DEVICES"]
+        LEDGER.setenv("CUDA_VISIBLE_DEVICES", None, "env:CUDA_VISIBLE_DEVICES(unset-empty)")
         done.append("env:CUDA_VISIBLE_DEVICES(unset-empty)")
     if "VERL_ENGINE_DEVICE" not in os.environ:
-        os.environ["VERL_ENGINE_DEVICE"] = "cuda"
+        LEDGER.setenv("VERL_ENGINE_DEVICE", "cuda", "env:VERL_ENGINE_DEVICE=cuda")
         done.append("fsdp-engine-class(VERL_ENGINE_DEVICE=cuda: the engine runs on the CPU)")
 
-    from verl.plugin.platform import PlatformRegistry
-
     from verl_bot.cpu.platform import PlatformCPU
-
-    if PlatformRegistry.get(PLATFORM_NAME) is not PlatformCPU:
-        PlatformRegistry.register(platform=PLATFORM_NAME)(PlatformCPU)
-    done.append("platform:cpu")
+    from verl_bot.hooks import cpu_backend, registries
 
     # verl_bot.cpu.hf_rollout is imported lazily (by verl, when rollout.name=hf is used), never here: a Ray
     # worker whose first import is that module (to unpickle the server class) imports verl, which loads this
     # plugin; importing the half-initialised module from here would fail.
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
-
-    from verl_bot.hooks import cpu_backend
-
-    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_hf_replica)
-    done.append("rollout_replica:hf")
+    done.append(registries.cpu_platform(PLATFORM_NAME, PlatformCPU))
+    done.append(registries.rollout_replica(ROLLOUT_NAME, _load_hf_replica))
     done.extend(f"patch:{name}" for name in cpu_backend.install())
 
     _done = done
-    logger.info("verl-bot CPU backend registered (pid %d): %s", os.getpid(), ", ".join(done))
+    logger.debug("verl-bot CPU backend registered (pid %d): %s", os.getpid(), ", ".join(done))
     return done
 
 

@@ -16,6 +16,12 @@ registries (selected with `actor_rollout_ref.rollout.name=hf`):
   probes) get them as vLLM returns them, from one teacher-forced forward
   (`_score_batch`). `VERL_BOT_HF_ROLLOUT_THREADS`
   sets the server's torch threads (default: torch's own choice).
+  With verl's `actor_rollout_ref.rollout.full_determinism=true` the samples
+  depend on nothing but the rollout `seed`, the weights and the prompts: each
+  request is generated alone (no padding, no batch neighbours) under a torch
+  seed drawn from the seed, the weight version, the prompt's token ids and how
+  many requests of that prompt came before at this version (the n rollouts of
+  a prompt, in whatever order they arrive, are the same n samples).
 - `HFReplica`: verl's `RolloutReplica` for it (hybrid mode: one server per
   replica of trainer ranks); registered in `RolloutReplicaRegistry`.
 - `HFServerAdapter`: the `BaseRollout` that lives inside verl's actor worker;
@@ -97,6 +103,13 @@ class _Request:
     max_tokens: int
     key: tuple
     future: asyncio.Future = field(repr=False)
+    seed: int | None = None  # full determinism: the torch seed of this request's sampling
+
+
+def request_seed(seed: int, weight_version: int, prompt_ids: list[int], occurrence: int) -> int:
+    """A torch seed from the rollout seed, the weights' version, the prompt and its occurrence at that version."""
+    text = json.dumps([int(seed), int(weight_version), int(occurrence), prompt_ids])
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
 class HFRolloutServer:
@@ -152,6 +165,7 @@ class HFRolloutServer:
         self.checksum = _state_checksum(self.model)
         self.num_requests = 0
         self._pending: dict[str, torch.Tensor] = {}
+        self._occurrences: dict[tuple[int, ...], int] = {}  # full determinism: requests per prompt at this version
         self._queue: asyncio.Queue | None = None
         self._batcher: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -208,6 +222,7 @@ class HFRolloutServer:
                 )
             target.data.copy_(tensor.to(target.dtype))
         self._pending.clear()
+        self._occurrences.clear()
         self.weight_version += 1
         if global_steps is not None:
             self.global_steps = global_steps
@@ -266,8 +281,16 @@ class HFRolloutServer:
             self._queue = asyncio.Queue()
             self._batcher = loop.create_task(self._batch_loop(self._queue))
         fut = loop.create_future()
-        await self._queue.put(_Request(prompt_ids, max_tokens, key, fut))
+        await self._queue.put(_Request(prompt_ids, max_tokens, key, fut, seed=self._seed_of(prompt_ids)))
         return await fut
+
+    def _seed_of(self, prompt_ids: list[int]) -> int | None:
+        """The request's torch seed under full determinism (None otherwise): `request_seed`."""
+        if not self.config.full_determinism:
+            return None
+        occurrence = self._occurrences.get(tuple(prompt_ids), 0)
+        self._occurrences[tuple(prompt_ids)] = occurrence + 1
+        return request_seed(self.config.seed, self.weight_version, prompt_ids, occurrence)
 
     async def _batch_loop(self, queue: asyncio.Queue) -> None:
         while True:
@@ -278,7 +301,11 @@ class HFRolloutServer:
             groups: dict[tuple, list[_Request]] = {}
             for req in batch:
                 groups.setdefault(req.key, []).append(req)
-            for key, reqs in groups.items():
+            batches = list(groups.values())
+            if self.config.full_determinism:  # one request at a time: nothing but its own seed and prompt counts
+                batches = [[req] for reqs in batches for req in reqs]
+            for reqs in batches:
+                key = reqs[0].key
                 run = self._generate_batch if key[-1] is None else self._score_batch
                 try:
                     outputs = await asyncio.to_thread(run, reqs, key)
@@ -331,7 +358,10 @@ class HFRolloutServer:
             output_logits=True,
             return_dict_in_generate=True,
         )
-        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen)
+        with torch.random.fork_rng(enabled=reqs[0].seed is not None):
+            if reqs[0].seed is not None:
+                torch.manual_seed(reqs[0].seed)
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen)
         sequences = out.sequences[:, input_ids.shape[1] :]  # [B, T]
         logprobs = None
         if want_logprobs:

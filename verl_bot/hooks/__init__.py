@@ -1,8 +1,9 @@
 """Every touch point of verl-bot with verl 0.9.1's internals, one module per wrapped verl method.
 
 A verl upgrade means reading this folder. Each module wraps one method or
-module function of verl (signature-checked by `_patch.wrap`, idempotent) and
-says in its docstring what it changes and why there:
+module function of verl (looked up and signature-checked by `_patch.wrap`:
+`VerlApiMismatch` names what is missing) and says in its docstring what it
+changes and why there; `registries` puts verl-bot's names into verl's registries:
 
     agent_loop_output   AgentLoopOutput.as_dict              dense rm_scores rows, reward streams, fatal marker
     compute_advantage   PPOTrainer._compute_advantage        batch context (streams, failed rows), failure-rate stop,
@@ -14,51 +15,77 @@ says in its docstring what it changes and why there:
                                                              GRAIL: answer-span codes + knobs for the update
     ppo_loss            engine_workers.ppo_loss (worker)     those loss knobs active while the loss runs
     engine_forward_step FSDPEngineWithLMHead.forward_step    GRAIL: token weights times the advantages
-    replay_buffer       ReplayBuffer(Async)._terminal_eviction_reasons
-                                                             a reward configuration error stops the run
-    rollout_failure     AgentLoopWorker._run_agent_loop                 a rollout lost to a dead engine marks its group
-    weight_sync         vllm_rollout.ServerAdapter._execute_method, BucketedWeightSender._init_socket (on import)
+    replay_buffer       PPOTrainer._build_replay_buffer      the buffer's samples stop the run on a reward
+                                                             configuration error (fatal marker) or a rollout
+                                                             engine that is gone (rollout_failure's marker)
+    rollout_failure     AgentLoopWorker._run_agent_loop      a rollout lost to a dead engine marks its group
+    weight_sync         vllm_rollout.ServerAdapter._execute_method, BucketedWeightSender._init_socket
                                                              a weight sync the rollout engine fails stops the run
-    validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight)
+                                                             (any run: see the module)
+    validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight), then `driver`
     driver              sys.excepthook / atexit               the root cause is the driver's last line
+    registries          verl's estimator, policy-loss, reward-manager and agent-loop registries
     cpu_backend         private rollout registry, process-group default, FSDP2 offload policy, the `vllm`
                         distribution name            (only with VERL_PLATFORM=cpu, from verl_bot.cpu)
     vllm_cpu            vLLM's CPU linear layers, verl's shared-memory weight receiver (inside vLLM's
                         processes, only with VERL_PLATFORM=cpu, from vLLM's plugin entry point verl_bot_vllm)
-    reward_functions    reads verl's reward functions (the data sources default_compute_score knows,
-                        verl's loader of custom_reward_function): nothing wrapped, used by the bot manager
 
-Estimators, policy losses and the streams never import this folder;
-`verl_bot.plugin.register()` installs the hooks after checking verl's version
-(importing this package imports none of them, so `reward_functions` can be
-read on its own).
+Invisible unless used (`verl_bot.usage`): a wrapper that sees the run's config
+calls verl's original with the same arguments and returns its result unchanged
+unless the config uses verl-bot; the worker-side wrappers (`agent_loop_output`,
+`ppo_loss`, `engine_forward_step`, `multi_trajectory`) act only on data a
+verl-bot run put there (a dense reward, verl-bot's keys in `extra_info`, the
+batch context), and `driver` is installed by a verl-bot run's driver only.
+
+`install()` schedules each step of `PLAN` for the moment verl imports its
+module (`_on_import`): a process changes only the verl modules it imports.
+Every step goes through the process's ledger (`_ledger`): if one fails, every
+change is undone and one ERROR line says why. Estimators, policy losses and
+the streams never import this folder.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 
-TRAINER_HOOKS = (
-    "rollout_failure",  # first: before any hook imports verl's v1 agent loop (its Ray actor class copies methods)
-    "agent_loop_output",
-    "compute_advantage",
-    "multi_trajectory",
-    "compute_metrics",
-    "update_actor",
-    "ppo_loss",
-    "engine_forward_step",
-    "replay_buffer",
-    "weight_sync",
-    "validate_config",
-    "driver",
+from verl_bot.hooks._ledger import LEDGER
+from verl_bot.hooks._on_import import when_imported
+
+TRAINER_BASE = "verl.trainer.ppo.v1.trainer_base"
+VLLM_ROLLOUT = "verl.workers.rollout.vllm_rollout"
+# (the verl module whose import runs the step, "verl_bot.hooks module:function" of the step)
+PLAN: tuple[tuple[str, str], ...] = (
+    ("verl.utils.config", "validate_config:install"),
+    ("verl.trainer.ppo.core_algos", "registries:estimators_and_losses"),
+    ("verl.experimental.reward_loop.reward_manager", "registries:reward_manager"),
+    ("verl.experimental.agent_loop", "registries:agent_loop"),
+    ("verl.experimental.agent_loop", "agent_loop_output:install"),
+    (TRAINER_BASE, "compute_advantage:install"),
+    (TRAINER_BASE, "multi_trajectory:install"),
+    (TRAINER_BASE, "compute_metrics:install"),
+    (TRAINER_BASE, "update_actor:install"),
+    (TRAINER_BASE, "replay_buffer:install"),
+    # when verl's agent loop is imported, so before verl's v1 agent loop (verl.trainer.ppo.v1.agent_loop_tq, which
+    # imports it) makes its Ray actor class of AgentLoopWorker
+    ("verl.experimental.agent_loop.agent_loop", "rollout_failure:install"),
+    ("verl.workers.engine_workers", "ppo_loss:install"),
+    ("verl.workers.engine.fsdp.transformer_impl", "engine_forward_step:install"),
+    (f"{VLLM_ROLLOUT}.vllm_rollout", "weight_sync:install_adapter"),
+    (f"{VLLM_ROLLOUT}.bucketed_weight_transfer", "weight_sync:install_sender"),
 )
 
 
-def install() -> list[str]:
-    """Install every trainer hook (idempotent); returns the names of what was wrapped."""
-    from verl_bot.compat import check_verl_version
+def run_step(step: str) -> list[str]:
+    """Run one step of `PLAN` ("module:function" of this package); returns what it changed."""
+    module, function = step.split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)()
 
-    check_verl_version()
-    return [
-        name for hook in TRAINER_HOOKS for name in importlib.import_module(f"verl_bot.hooks.{hook}").install()
-    ]
+
+def install() -> None:
+    """Schedule every step of `PLAN` (each runs once, in the ledger, when verl imports its module)."""
+    for verl_module, step in PLAN:
+        if LEDGER.failure is not None:  # a step that ran at once failed: everything is undone, nothing more comes
+            return
+        what = f"{step.replace(':', '.')} (on import of {verl_module})"
+        when_imported(verl_module, functools.partial(LEDGER.step, what, functools.partial(run_step, step)))

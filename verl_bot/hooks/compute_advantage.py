@@ -1,5 +1,6 @@
 """Hook: `verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_advantage` (the batch context of the estimators).
 
+A run that does not use verl-bot (`verl_bot.usage`) gets verl's method as it is.
 Around verl's own method, for runs that use verl-bot's `bot` reward manager or
 one of its estimators:
 
@@ -16,7 +17,7 @@ one of its estimators:
    the advantages (`verl_bot.hooks.multi_trajectory` takes failed rows out of
    their groups; estimators read streams and report diagnostics);
 4. add the estimator's diagnostics and `verl_bot/scorer_failed_rows` to the step's metrics;
-5. for any run and estimator, on the steps `algorithm.token_report_steps` asks for: read the rows back from
+5. for any estimator, on the steps `algorithm.token_report_steps` asks for: read the rows back from
    TransferQueue after verl's own method wrote the advantages (token ids, `rm_scores`, advantages, uid,
    data_source) and write them as token records (`verl_bot.token_records`) for the token-credit report.
 """
@@ -36,13 +37,14 @@ from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks._patch import wrap
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 from verl_bot.streams import FIELD_PREFIX, StreamsUnavailable
+from verl_bot.usage import in_use
 
 STREAK_ATTR = "_verl_bot_failure_streak"
-RECORDED_ATTR = "_verl_bot_recorded_steps"
+RECORDED_ATTR = "_verl_bot_recorded_step"
 logger = logging.getLogger("verl_bot")
 
 
-def _values(column: Any) -> list:
+def column_values(column: Any) -> list:
     """The plain values of a TransferQueue non-tensor column (a LinkedList, NonTensorStack or numpy array)."""
     return [getattr(value, "data", value) for value in list(column)]
 
@@ -56,7 +58,7 @@ def fetch_rows(batch: Any) -> list[dict]:
     )
     return [
         {**(extra if isinstance(extra, dict) else {}), "data_source": str(source)}
-        for extra, source in zip(_values(data["extra_fields"]), _values(data["data_source"]), strict=True)
+        for extra, source in zip(column_values(data["extra_fields"]), column_values(data["data_source"]), strict=True)
     ]
 
 
@@ -169,9 +171,8 @@ def fetch_record_rows(batch: Any) -> list[dict]:
     columns = {name: _rows_of(data[name], lengths) for name in ("responses", "rm_scores", "advantages")}
     padding = padding_mask(batch).tolist()
     rows = []
-    for i, (uid, source, extra) in enumerate(
-        zip(_values(data["uid"]), _values(data["data_source"]), _values(data["extra_fields"]), strict=True)
-    ):
+    columns_of_rows = (column_values(data[name]) for name in ("uid", "data_source", "extra_fields"))
+    for i, (uid, source, extra) in enumerate(zip(*columns_of_rows, strict=True)):
         if padding[i]:
             continue
         rows.append(
@@ -210,9 +211,9 @@ def record_tokens(trainer: Any, batch: Any) -> None:
         groups = int(algorithm.get(token_records.GROUPS_KEY, token_records.DEFAULT_GROUPS))
         records = token_records.build_records(step, estimator, fetch_record_rows(batch), trainer.tokenizer, groups)
         folder = token_records.record_dir(algorithm, trainer.config.trainer.default_local_dir)
-        started = trainer.__dict__.setdefault(RECORDED_ATTR, set())
-        path = token_records.write_records(folder, step, records, append=step in started)
-        started.add(step)
+        # a step with several advantage calls appends to its file (only the last step is remembered)
+        path = token_records.write_records(folder, step, records, append=trainer.__dict__.get(RECORDED_ATTR) == step)
+        trainer.__dict__[RECORDED_ATTR] = step
         logger.info("token records of step %d: %d rollouts -> %s", step, len(records), path)
     except Exception as exc:  # noqa: BLE001 - a report must never cost the run
         logger.warning("token records of step %d not written: %s: %s", step, type(exc).__name__, exc)
@@ -221,6 +222,8 @@ def record_tokens(trainer: Any, batch: Any) -> None:
 def _make_compute_advantage(original):
     @functools.wraps(original)
     def _compute_advantage(self, batch, metrics, *args, **kwargs):
+        if not in_use(self.config):
+            return original(self, batch, metrics, *args, **kwargs)
         result = _advantage_with_context(original, self, batch, metrics, *args, **kwargs)
         record_tokens(self, batch)
         return result

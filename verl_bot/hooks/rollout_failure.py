@@ -11,7 +11,8 @@ The wrapper (agent-loop worker side): when a rollout fails because the engine is
 the prompt's group to TransferQueue, a key `<uid>_verl_bot_engine_failure` whose tag carries
 `verl_bot.errors.FATAL_KEY` = the cause, then raises as before. `verl_bot.hooks.replay_buffer` finds the marker
 in the buffer's view of the partition at its next poll and stops the run with that message. Any other failure
-takes verl's own path unchanged.
+takes verl's own path unchanged, and so does every failure of a run that does not use verl-bot
+(`verl_bot.usage`: no marker is written).
 
 Installed before verl's v1 agent-loop module (`verl.trainer.ppo.v1.agent_loop_tq`) is imported: its
 `AgentLoopWorkerTQ` is a Ray actor class, and Ray copies the methods it inherits when the class is decorated.
@@ -24,6 +25,7 @@ import re
 
 from verl_bot.errors import FATAL_KEY
 from verl_bot.hooks._patch import wrap
+from verl_bot.usage import in_use
 
 MARKER_SUFFIX = "_verl_bot_engine_failure"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -66,7 +68,7 @@ def _make_wrapper(original):
         except Exception as exc:
             message = engine_failure(exc)
             uid = kwargs.get("uid")
-            if message is not None and uid is not None:
+            if message is not None and uid is not None and in_use(self.config):
                 import transfer_queue as tq
 
                 partition = "val" if trajectory.get("validate") else "train"
@@ -77,6 +79,7 @@ def _make_wrapper(original):
 
 
 V1_AGENT_LOOP = "verl.trainer.ppo.v1.agent_loop_tq"
+V1_WORKER = "AgentLoopWorkerTQ"
 
 
 def install() -> list[str]:
@@ -86,7 +89,8 @@ def install() -> list[str]:
 
     from verl_bot.compat import VerlApiMismatch
 
-    if V1_AGENT_LOOP in sys.modules and not getattr(AgentLoopWorker._run_agent_loop, "__verl_bot_hook__", False):
+    v1 = sys.modules.get(V1_AGENT_LOOP)  # half imported (it imports verl's agent loop first) is in time
+    if hasattr(v1, V1_WORKER) and not getattr(AgentLoopWorker._run_agent_loop, "__verl_bot_hook__", False):
         raise VerlApiMismatch(
             f"verl-bot: {V1_AGENT_LOOP} was imported before verl-bot's hooks; its Ray actor class keeps verl's own "
             "AgentLoopWorker._run_agent_loop (import verl before it, as verl's trainer does)"

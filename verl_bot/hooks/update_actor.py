@@ -1,5 +1,7 @@
 """Hook: `verl.trainer.ppo.v1.trainer_base.PPOTrainer._update_actor` (what verl-bot losses and GRAIL need there).
 
+A run that does not use verl-bot (`verl_bot.usage`) gets verl's method as it is.
+
 A. verl-bot's policy losses. verl hands a registered policy loss only tensors
 and the actor's config, a dataclass that refuses keys it does not know (so do
 `policy_loss` and every other node under `actor`). A verl-bot loss therefore
@@ -56,6 +58,7 @@ from verl_bot.hooks._patch import wrap
 from verl_bot.losses import loss_knobs, loss_name
 from verl_bot.losses.reco import pairing_metrics
 from verl_bot.rewards.spans import token_char_spans
+from verl_bot.usage import in_use
 
 EXTRA_INFO_KEY = "verl_bot_loss"
 
@@ -115,6 +118,8 @@ def mini_batches_per_step(config: Any, rows: int) -> int:
 def _make_update_actor(original):
     @functools.wraps(original)
     def _update_actor(self, batch, metrics, *args, **kwargs):
+        if not in_use(self.config):
+            return original(self, batch, metrics, *args, **kwargs)
         name = loss_name(self.config)
         estimator = str(getattr(self.config.algorithm.adv_estimator, "value", self.config.algorithm.adv_estimator))
         if name is not None:

@@ -1,25 +1,53 @@
-"""Hook: `verl.utils.config.validate_config` (start-up checks before any model loads).
+"""Hook: `verl.utils.config.validate_config` (a verl-bot run's start: checks, last words, its one INFO line).
 
 `python -m verl.trainer.main_ppo` calls verl's `validate_config` on the fully
-composed config in the driver, before Ray starts. Its module imports the name
-after verl has loaded this plugin, so the wrapper is what it calls: verl's own
-checks first, then `verl_bot.preflight.check_config`, which refuses what cannot
-work with one clear line (`VerlBotConfigError`).
+composed config in the driver, before Ray starts. `import verl` has imported
+`verl.utils.config` before it loads plugins and `main_ppo` imports the name
+after, so the wrapper is what it calls. verl's own checks run first; then, for
+a run that uses verl-bot (`verl_bot.usage`; any other run gets verl's function
+as it is, and nothing below happens):
+
+1. the driver's last words (`verl_bot.hooks.driver`): from here on an uncaught
+   error ends with its root cause as the driver's last line;
+2. `verl_bot.preflight.check_config` refuses what cannot work with one clear
+   line (`VerlBotConfigError`);
+3. one INFO line says that verl-bot is in use, and why.
+
+The wrapped module is imported by every `import verl`: this module imports
+nothing else of verl-bot until a run uses it.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 
 from verl_bot.hooks._patch import wrap
-from verl_bot.preflight import check_config
+
+logger = logging.getLogger("verl_bot")
+
+
+def start_run(config) -> None:
+    """Steps 1-3 of the module docstring, for a config that uses verl-bot."""
+    from verl_bot import __version__
+    from verl_bot.hooks import driver
+    from verl_bot.preflight import check_config
+    from verl_bot.usage import reason
+
+    driver.install()
+    check_config(config)
+    logger.info("verl-bot %s is in use in this run (%s); VERL_USE_EXTERNAL_PLUGINS=none turns it off",
+                __version__, reason(config))
 
 
 def _make_validate_config(original):
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
+        from verl_bot.usage import in_use
+
         result = original(config, *args, **kwargs)
-        check_config(config)
+        if in_use(config):
+            start_run(config)
         return result
 
     return validate_config

@@ -78,14 +78,25 @@ def _make_receive_weights(original):
     return receive_weights
 
 
+TRANSFER_MODULE = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
+
+
+def _wrap_receiver() -> list[str]:
+    import importlib
+
+    from verl_bot.hooks._patch import wrap
+
+    receiver = importlib.import_module(TRANSFER_MODULE).BucketedWeightReceiver
+    return [wrap(receiver, "receive_weights", ["self", "on_bucket_received"], _make_receive_weights)]
+
+
 def _receiver_raises_the_cause() -> str:
     """V2, once verl's weight-transfer module is imported (a vLLM worker of a verl run imports it)."""
-    from verl_bot.hooks._patch import when_imported, wrap
+    from verl_bot.hooks._ledger import LEDGER
+    from verl_bot.hooks._on_import import when_imported
 
-    def install(module) -> None:
-        wrap(module.BucketedWeightReceiver, "receive_weights", ["self", "on_bucket_received"], _make_receive_weights)
-
-    when_imported("verl.workers.rollout.vllm_rollout.bucketed_weight_transfer", install)
+    when_imported(TRANSFER_MODULE, functools.partial(LEDGER.step, f"vllm_cpu V2 (on import of {TRANSFER_MODULE})",
+                                                     _wrap_receiver))
     return "BucketedWeightReceiver.receive_weights(on import)"
 
 

@@ -15,6 +15,11 @@ W2. `BucketedWeightSender._init_socket`: the REQ socket's `send_pyobj` and `recv
     vLLM worker's exception), and no progress within `timeout_s()` (`VERL_BOT_WEIGHT_SYNC_TIMEOUT_S`, default
     120 s; one bucket takes well under a second to load) ends it too. Nothing changes while the transfer moves.
 
+Both are active in any run whose processes import verl's vLLM rollout, verl-bot's or not: the ranks that
+send weights see no config that says whose run it is, and the wrappers change nothing while the transfer
+moves (the same calls, the same results); only a transfer that would hang forever ends with its cause.
+`VERL_BOT_WEIGHT_SYNC_TIMEOUT_S=0` leaves verl's socket as it is.
+
 The error reaches the trainer as the actor worker's exception, and `verl_bot.hooks.driver` prints it as the
 run's last line. The shared-memory transfer of the CPU platform has one more trap, handled inside vLLM's
 workers (`verl_bot.hooks.vllm_cpu`, V2): the receiver's cleanup raises `BufferError` over the real error.
@@ -122,18 +127,19 @@ def _make_init_socket(original):
     return _init_socket
 
 
-def _install_adapter(module) -> None:
-    wrap(module.ServerAdapter, "_execute_method", ["self", "method"], _make_execute_method)
+def install_adapter() -> list[str]:
+    """W1, when verl imports its vLLM rollout (`ROLLOUT_MODULE`)."""
+    import importlib
+
+    return [wrap(importlib.import_module(ROLLOUT_MODULE).ServerAdapter, "_execute_method", ["self", "method"],
+                 _make_execute_method)]
 
 
-def _install_sender(module) -> None:
-    wrap(module.BucketedWeightSender, "_init_socket", ["self"], _make_init_socket)
+def install_sender() -> list[str]:
+    """W2, when verl imports its weight transfer (`TRANSFER_MODULE`); nothing with a timeout of 0."""
+    import importlib
 
-
-def install() -> list[str]:
-    """W1 and W2, each when its verl module is imported (never importing verl's vLLM rollout here)."""
-    from verl_bot.hooks._patch import when_imported
-
-    when_imported(ROLLOUT_MODULE, _install_adapter)
-    when_imported(TRANSFER_MODULE, _install_sender)
-    return ["ServerAdapter._execute_method(on import)", "BucketedWeightSender._init_socket(on import)"]
+    if timeout_s() <= 0:
+        return []
+    return [wrap(importlib.import_module(TRANSFER_MODULE).BucketedWeightSender, "_init_socket", ["self"],
+                 _make_init_socket)]

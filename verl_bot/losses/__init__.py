@@ -1,7 +1,7 @@
-"""Policy losses: pure tensor functions, one module per method; their table and registration in verl.
+"""Policy losses: pure tensor functions, one module per method, and their table.
 
 A loss here has verl's `PolicyLossFn` signature, is registered with verl's
-`register_policy_loss` and selected with
+`register_policy_loss` (by `verl_bot.hooks.registries`) and selected with
 `actor_rollout_ref.actor.policy_loss.loss_mode=<name>`. verl's actor config
 refuses keys it does not know, so a loss keeps its knobs in the `algorithm`
 config as `+algorithm.<name>_<knob>`; the trainer hooks ship them to the
@@ -33,12 +33,3 @@ def loss_knobs(config: Any, name: str) -> dict[str, Any]:
     """The `+algorithm.<name>_*` keys of the run's config (what the loss `name` reads from `loss_settings()`)."""
     algorithm = config.get("algorithm") or {}
     return {str(k): algorithm[k] for k in algorithm if str(k).startswith(f"{name}_")}
-
-
-def register_losses() -> list[str]:
-    """Register verl-bot's losses with `verl.trainer.ppo.core_algos.register_policy_loss`; returns their names."""
-    from verl.trainer.ppo import core_algos
-
-    for name, fn in LOSSES.items():
-        core_algos.register_policy_loss(name)(fn)
-    return sorted(LOSSES)

@@ -228,11 +228,3 @@ class BoTRewardManager(RewardManagerBase):
         format_score = verdict_format(verdict, failure is not None)
         streams = token_streams(self.streams, score, local, token_spans, text, outcome, format_score)
         return {"reward_score": {"token_rewards": token_rewards, "streams": streams}, "reward_extra_info": extra}
-
-
-def register_reward_managers() -> list[str]:
-    """Register `bot` in verl's reward-loop manager registry; returns the names."""
-    from verl.experimental.reward_loop.reward_manager import register
-
-    register("bot")(BoTRewardManager)
-    return ["bot"]

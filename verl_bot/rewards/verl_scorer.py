@@ -1,7 +1,7 @@
 """verl's reward functions as a scorer: what a verl setup already scores with, for the `bot` manager.
 
 For a `data_source` that no `reward.reward_kwargs.bot.scorers` entry names, the `bot` manager scores with the
-function verl's own reward managers would call (`verl_bot.hooks.reward_functions`):
+function verl's own reward managers would call (`verl_bot.rewards.verl_functions`):
 
 1. `reward.custom_reward_function` (verl's keys `path`, `name`, `reward_kwargs`) when set: verl's signature
    `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`, for every data
@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from verl_bot.hooks.reward_functions import default_knows, function_config, load_reward_fn
 from verl_bot.rewards.scorers import ScorerNotConfigured
 from verl_bot.rewards.verdict import InvalidVerdict
+from verl_bot.rewards.verl_functions import default_knows, function_config, load_reward_fn
 
 WORKER_TARGET = "verl_bot.rewards.verl_scorer:call_in_worker"
 

@@ -1,8 +1,9 @@
 """Reads verl 0.9.1's own reward functions: loaded the way verl loads them, and the data sources verl knows.
 
-Not a wrapper: nothing of verl is changed here. It lives with the hooks because it depends on verl's
-internals (the source code of `default_compute_score`), so a verl upgrade must read it. Used by the `bot`
-manager (`verl_bot.rewards.verl_scorer`) and the start-up checks (`verl_bot.preflight`):
+Nothing of verl is changed here (`verl_bot.hooks` holds the wrappers); it reads the reward path, and the
+readers of the reward path look for it beside them. A verl upgrade must read it too: `default_knows` depends
+on the source code of `default_compute_score`. Used by the `bot` manager (`verl_bot.rewards.verl_scorer`)
+and the start-up checks (`verl_bot.preflight`):
 
 - `function_config(config)`: which function the user's verl setup scores with, as plain data that a fresh
   worker process can rebuild it from: `reward.custom_reward_function` (verl's `path`/`name`/`reward_kwargs`
