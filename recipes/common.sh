@@ -161,9 +161,10 @@ vb_prepare_data() {
 }
 
 # PLATFORM=cpu: the tiny local models when missing: the policy at the default MODEL_PATH (recipes/platform.sh),
-# warm-started on the run's own train prompts (React) or on toy_math (AIME), and the judge at JUDGE_MODEL_PATH.
+# warm-started on the run's own train prompts (React) or on toy_math problems in the AIME wording (AIME), and the
+# judge at JUDGE_MODEL_PATH; not for DRY_RUN, which composes the config only (minutes of warm start otherwise).
 vb_prepare_models() {
-    [[ "${PLATFORM}" == cpu ]] || return 0
+    [[ "${PLATFORM}" == cpu && "${DRY_RUN}" == 0 ]] || return 0
     if [[ "${MODEL_PATH}" == "${CPU_MODEL_DEFAULT}" && ! -f "${MODEL_PATH}/verl_bot_tiny.json" ]]; then
         # AIME: toy_math in the recipe's wording; its prompts are ~170 tokens, so a shorter warm start than
         # toy_math's own (1200 x 64 would take ~15 min on 2 cores; 500 x 16 takes ~2 and writes the <final> format

@@ -2,7 +2,7 @@
 the saliency against a plain autograd reference on the tiny model, and start-up checks.
 
 The actor-update path inside verl's real FSDP2 engine is tested in tests/test_grail_engine.py; through verl's
-trainer in tests/test_e2e_grail.py.
+trainer, on the AIME recipe with verl's vLLM rollout, in tests/test_recipes_cpu.py.
 """
 
 from __future__ import annotations

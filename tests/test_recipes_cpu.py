@@ -30,10 +30,12 @@ from pathlib import Path
 import pytest
 
 from tests.test_cpu_e2e import MARK_ENV, _kill_marked
-from tests.test_e2e_grail import PROBE as GRAIL_PROBE
 from tests.test_vps_advantage import reference_vps
+from verl_bot.advantage.grail import GrailSettings
+from verl_bot.advantage.vps import DEFAULT_STD_FLOOR
 
 pytestmark = pytest.mark.timeout(900)
+W_MAX = GrailSettings().w_max  # the recipes leave grail_w_max at its default
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
@@ -86,7 +88,33 @@ async def probe(self, ids):
 
 
 agent_loop.VPSAgentLoop._probe = probe
-''' + GRAIL_PROBE.split("import verl_bot.plugin\nverl_bot.plugin.register()\n", 1)[1]
+
+# GRAIL: what its loss wrapper hands to verl's ppo_loss, per actor micro-batch
+import verl_bot.hooks.engine_forward_step as efs
+
+_weighted_loss = efs.weighted_loss
+
+def weighted_loss(loss_function, row_weights, stats):
+    record = {"weights": [w.tolist() for w in row_weights], "stats": stats}
+
+    def at_verl_loss(model_output, data, dp_group=None):  # stands between the wrapper and verl's ppo_loss
+        record["at_loss"] = [a.tolist() for a in data["advantages"].unbind()]
+        return loss_function(model_output=model_output, data=data, dp_group=dp_group)
+
+    inner = _weighted_loss(at_verl_loss, row_weights, stats)
+
+    def loss(model_output, data, dp_group=None):
+        record["original"] = [a.tolist() for a in data["advantages"].unbind()]
+        record["span"] = [s.tolist() for s in data["verl_bot_grail_span"].unbind()]
+        out = inner(model_output=model_output, data=data, dp_group=dp_group)
+        with open(os.environ["VB_PROBE_FILE"], "a") as f:
+            f.write(json.dumps(record) + "\\n")
+        return out
+
+    return loss
+
+efs.weighted_loss = weighted_loss
+'''
 
 
 def free_port() -> int:
@@ -283,6 +311,7 @@ def test_aime_qwen_vps_probes_reach_the_estimator(aime_vps):
             [[r["grpo"]] * width for r in rows], [r["length"] for r in rows], [r["uid"] for r in rows],
             [r["record"]["cuts"] for r in rows], [r["record"]["logp"] for r in rows],
             [None if r["solved"] is None else float(r["solved"]) for r in rows], alpha, space="prob",
+            std_floor=DEFAULT_STD_FLOOR,  # the recipes' (they leave vps_std_floor at its default)
         )
         for r, exp in zip(rows, expected, strict=True):
             assert r["progress"] == pytest.approx(exp[: r["length"]], abs=1e-4)
@@ -334,15 +363,27 @@ def aime_grail(setup):
 
 
 def test_aime_qwen_grail_weights_reach_verls_loss(aime_grail):
+    """GRAIL's token weights reach verl's ppo_loss (advantages at the loss = advantages x weights) over several
+    micro-batches of the recipe's dynamic batching: w_max on answer content, saliency-derived weights before it."""
     steps = check_common(aime_grail, judge=None)
     records = aime_grail.probe("grail.jsonl")
-    assert records, "no GRAIL micro-batch recorded"
-    reached = 0
+    assert len(records) >= 4, f"expected several actor micro-batches over 2 steps, got {len(records)}"
+    reached = from_saliency = 0
     for rec in records:
-        for w, orig, at_loss in zip(rec["weights"], rec["original"], rec["at_loss"], strict=True):
+        for w, orig, at_loss, span in zip(rec["weights"], rec["original"], rec["at_loss"], rec["span"], strict=True):
+            assert len(w) == len(orig) == len(at_loss) == len(span)
             for wt, a, b in zip(w, orig, at_loss, strict=True):
                 assert b == pytest.approx(a * wt, rel=1e-6, abs=1e-7)
             reached += sum(1 for wt, a in zip(w, orig, strict=True) if wt != 1.0 and a != 0.0)
-    assert reached > 0
+            # tokens before the answer of a reweighted rollout: clip(1 + 0.5 z, 0.5, w_max) from the saliency
+            from_saliency += sum(1 for wt, code, a in zip(w, span, orig, strict=True)
+                                 if code == 0 and wt not in (1.0, W_MAX) and a != 0)
+            assert all(wt == W_MAX for wt, code in zip(w, span, strict=True) if code == 2)  # answer content
+    assert reached > 0, "no weight != 1 on a token with a non-zero advantage reached the loss"
+    assert from_saliency > 0, "no saliency-derived weight (before an answer) reached the loss"
+    assert any(rec["stats"]["reweighted_rate"] > 0 for rec in records)
     for data in steps.values():
         assert data["grail/w_mean"] > 0 and 0 < data["grail/answer_rate"] <= 1 and math.isfinite(data["grail/w_mean"])
+        assert 0 <= data["grail/w_max_share"] <= 1 and data["grail/span_s"] >= 0
+        assert 0 < data["grail/saliency_s"] < data["timing_s/update_actor"]
+        assert not any(key.startswith("actor/grail/") for key in data)
