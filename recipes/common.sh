@@ -122,7 +122,7 @@ case "${TASK}" in
         exit 2
         ;;
 esac
-# START_JUDGE (recipes/smoke.sh): on the CPU platform, a tiny local judge when the run needs one and none is given
+# START_JUDGE (recipes/platform.sh): on the CPU platform, a tiny local judge when the run needs one and none is given
 if [[ "${START_JUDGE}" == auto ]]; then
     START_JUDGE=0
     [[ "${PLATFORM}" == cpu && "${REQUIRE_JUDGE}" == 1 && -z "${!JUDGE_VARS[0]}" ]] && START_JUDGE=1

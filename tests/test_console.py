@@ -37,6 +37,29 @@ HARMLESS_LINES = [
     "(TaskRunnerV1 pid=1) /x/torchdata/stateful_dataloader/stateful_dataloader.py:379: UserWarning: 'set_vital' is "
     "deprecated, please do not call",
     '(TaskRunnerV1 pid=1)   torch.set_vital("Dataloader", "enabled", "True")  # type: ignore[attr-defined]',
+    # verl's vLLM rollout on vLLM's CPU build
+    "(vLLMHttpServer pid=6332) WARNING 12-01 09:00:00 [vllm.py:609] Model Runner V2 requires Triton; using the V1 "
+    "model runner instead.",
+    "(WorkerDict pid=6239) WARNING 12-01 08:59:35 [importing.py:65] Triton is installed, but doesn't include CPU "
+    "backend. Disabling Triton.",
+    "(vLLMHttpServer pid=6332) WARNING 12-01 09:00:00 [vllm.py:1194] Enforce eager set, disabling torch.compile and "
+    "CUDAGraphs. This is equivalent to setting -cc.mode=none -cc.cudagraph_mode=none",
+    "(vLLMHttpServer pid=6332) WARNING 12-01 09:00:00 [vllm.py:1247] Inductor compilation was disabled by user "
+    "settings, optimizations settings that are only active during inductor compilation will be ignored.",
+    "(vLLMHttpServer pid=6332) (Worker pid=6426) WARNING 12-01 09:00:31 [cpu_worker.py:127] libtcmalloc is not found "
+    "in LD_PRELOAD. For best performance, please follow the section `set LD_PRELOAD`",
+    "(vLLMHttpServer pid=6332) [W1201 09:00:31.653936507 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy "
+    "for memory allocation on the NUMA nodes (0).",
+    "(WorkerDict pid=6239) WARNING:2026-12-01 08:59:37,716:IPC is not supported on your devices. Falling back to "
+    "shared memory for weight transfer, which may cause performance degradation.",
+    "(vLLMHttpServer pid=6332) WARNING 12-01 09:00:32 [api_router.py:30] LoRA dynamic loading & unloading is enabled "
+    "in the API server. This should ONLY be used for local development!",
+    "(vLLMHttpServer pid=6332) WARNING 12-01 09:00:32 [model.py:1637] Default vLLM sampling parameters have been "
+    "overridden by the model's `generation_config.json`: `{'temperature': 1.0}`.",
+    "(vLLMHttpServer pid=6332) WARNING 12-01 09:00:57 [input_processor.py:291] Passing raw prompts to InputProcessor "
+    "is deprecated and will be removed in v0.18.",
+    "(TaskRunnerV1 pid=6082) WARNING:2026-12-01 09:00:01,000:Setting TOKENIZERS_PARALLELISM=false for forked "
+    "processes.",
 ]
 
 

