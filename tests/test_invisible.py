@@ -407,3 +407,14 @@ def test_a_users_own_estimator_of_the_same_name_is_one_error_naming_both_and_sta
     assert len(errors) == 1, errors
     assert "adv_estimator 'pass' is already registered in verl as __main__.my_pass" in errors[0]
     assert "verl_bot.advantage.pass_.compute_pass_advantage is not" in errors[0]
+
+
+def test_a_weight_sync_timeout_of_0_leaves_verls_socket_as_it_is(monkeypatch):
+    """weight_sync's W2 (the one wrapper any run gets, on the failure path): VERL_BOT_WEIGHT_SYNC_TIMEOUT_S=0 turns
+    it off; the default watches for 120 s without progress."""
+    from verl_bot.hooks import weight_sync
+
+    monkeypatch.setenv(weight_sync.TIMEOUT_ENV, "0")
+    assert weight_sync.install_sender() == []
+    monkeypatch.delenv(weight_sync.TIMEOUT_ENV)
+    assert weight_sync.timeout_s() == weight_sync.DEFAULT_TIMEOUT_S == 120.0
