@@ -106,7 +106,8 @@ def build_model(
     if warm_start == "toy_math":
         from verl_bot.cpu import toy_math
 
-        corpus = toy_math.tokenizer_corpus() + ([toy_math.prompt_template_of(prompts)] if prompts else [])
+        template = toy_math.prompt_template_of(prompts) if prompts is not None else None
+        corpus = toy_math.tokenizer_corpus() + ([template] if template is not None else [])
         tokenizer = build_tokenizer(out_dir, extra_corpus=corpus, tags=toy_math.TAG_TOKENS)
     elif warm_start == "react":
         from verl_bot.cpu import toy_react
@@ -143,8 +144,8 @@ def build_model(
         tokenizer = AutoTokenizer.from_pretrained(out_dir)
         kwargs = warm_start_kwargs or {}
         if warm_start == "toy_math":
-            if prompts is not None:
-                kwargs = {"prompt_template": toy_math.prompt_template_of(prompts), **kwargs}
+            if template is not None:
+                kwargs = {"prompt_template": template, **kwargs}
             summary["warm_start"] = toy_math.warm_start(model, tokenizer, seed=seed, **kwargs)
         else:
             summary["warm_start"] = toy_react.warm_start(model, tokenizer, texts, seed=seed, **kwargs)

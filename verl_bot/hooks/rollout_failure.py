@@ -24,7 +24,7 @@ import functools
 import re
 
 from verl_bot.errors import FATAL_KEY
-from verl_bot.hooks._patch import wrap
+from verl_bot.hooks._patch import PATCHED_ATTR, wrap
 from verl_bot.usage import in_use
 
 MARKER_SUFFIX = "_verl_bot_engine_failure"
@@ -90,7 +90,7 @@ def install() -> list[str]:
     from verl_bot.compat import VerlApiMismatch
 
     v1 = sys.modules.get(V1_AGENT_LOOP)  # half imported (it imports verl's agent loop first) is in time
-    if hasattr(v1, V1_WORKER) and not getattr(AgentLoopWorker._run_agent_loop, "__verl_bot_hook__", False):
+    if hasattr(v1, V1_WORKER) and not getattr(AgentLoopWorker._run_agent_loop, PATCHED_ATTR, False):
         raise VerlApiMismatch(
             f"verl-bot: {V1_AGENT_LOOP} was imported before verl-bot's hooks; its Ray actor class keeps verl's own "
             "AgentLoopWorker._run_agent_loop (import verl before it, as verl's trainer does)"

@@ -78,13 +78,11 @@ def _make_receive_weights(original):
     return receive_weights
 
 
-TRANSFER_MODULE = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"
-
-
 def _wrap_receiver() -> list[str]:
     import importlib
 
     from verl_bot.hooks._patch import wrap
+    from verl_bot.hooks.weight_sync import TRANSFER_MODULE
 
     receiver = importlib.import_module(TRANSFER_MODULE).BucketedWeightReceiver
     return [wrap(receiver, "receive_weights", ["self", "on_bucket_received"], _make_receive_weights)]
@@ -94,6 +92,7 @@ def _receiver_raises_the_cause() -> str:
     """V2, once verl's weight-transfer module is imported (a vLLM worker of a verl run imports it)."""
     from verl_bot.hooks._ledger import LEDGER
     from verl_bot.hooks._on_import import when_imported
+    from verl_bot.hooks.weight_sync import TRANSFER_MODULE
 
     when_imported(TRANSFER_MODULE, functools.partial(LEDGER.step, f"vllm_cpu V2 (on import of {TRANSFER_MODULE})",
                                                      _wrap_receiver))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import importlib
 import os
 import re
 import time
@@ -129,16 +130,12 @@ def _make_init_socket(original):
 
 def install_adapter() -> list[str]:
     """W1, when verl imports its vLLM rollout (`ROLLOUT_MODULE`)."""
-    import importlib
-
     return [wrap(importlib.import_module(ROLLOUT_MODULE).ServerAdapter, "_execute_method", ["self", "method"],
                  _make_execute_method)]
 
 
 def install_sender() -> list[str]:
     """W2, when verl imports its weight transfer (`TRANSFER_MODULE`); nothing with a timeout of 0."""
-    import importlib
-
     if timeout_s() <= 0:
         return []
     return [wrap(importlib.import_module(TRANSFER_MODULE).BucketedWeightSender, "_init_socket", ["self"],
