@@ -4,6 +4,26 @@ from pathlib import Path
 
 import pytest
 
+# `make test` runs the tests on two xdist workers (`-n 2 --dist loadgroup`): each module is one group (its module
+# fixtures are built once, on one worker) except the end-to-end modules whose tests share nothing costly, whose
+# tests spread over both; the longest modules go first, so that neither worker ends with a long one alone.
+SPREAD = {"test_cpu_e2e.py"}
+FIRST = ("test_recipes_cpu.py", "test_cpu_e2e.py", "test_e2e_verl_rewards.py", "test_e2e_reco.py",
+         "test_e2e_pass.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        if name not in SPREAD:
+            item.add_marker(pytest.mark.xdist_group(name.removesuffix(".py")))
+
+    def rank(item):
+        name = item.path.name
+        return FIRST.index(name) if name in FIRST else len(FIRST)
+
+    items.sort(key=rank)  # stable: the order inside a module stays
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:

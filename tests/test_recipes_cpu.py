@@ -317,6 +317,18 @@ def test_aime_qwen_vps_probes_reach_the_estimator(aime_vps):
         )
         for r, exp in zip(rows, expected, strict=True):
             assert r["progress"] == pytest.approx(exp[: r["length"]], abs=1e-4)
+        # a group of unsolved rollouts whose beliefs stay below 1e-4: the floored z-score keeps its progress within
+        # 2e-4 / floor (unfloored, the noise of those beliefs was stretched to unit variance)
+        groups = {}
+        for r in rows:
+            groups.setdefault(r["uid"], []).append(r)
+        for group in groups.values():
+            if all(r["record"]["status"] == "ok" and r["solved"] == 0 and max(r["record"]["logp"]) < math.log(1e-4)
+                   for r in group):
+                assert all(abs(p) < 2e-4 / DEFAULT_STD_FLOOR for r in group for p in r["progress"]), group
+    for data in aime_vps.steps().values():  # the probing's cost and health reach verl's logged metrics
+        assert data["vps/probe_tokens_per_rollout"] > 0 and data["vps/probe_time_s"] > 0
+        assert data["vps/probed_rows"] > 0 and data["vps/probe_failed_rows"] == 0
 
 
 def _trainer_weights(ckpt_actor: Path):

@@ -2,6 +2,8 @@
 the fatal marker, the failure-rate stop, the driver's last line. Everything runs verl 0.9.1's own code where the
 item is about verl (its composed config, `compute_advantage_for_multi_trajectories`, its estimators)."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -317,3 +319,68 @@ def test_the_bot_manager_gives_a_scalar_estimator_one_reward_per_response_unless
     bad = config(tmp_path, *BOT, "+reward.reward_kwargs.bot.token_level=sometimes")
     with pytest.raises(VerlBotConfigError, match="token_level must be true, false or auto, got 'sometimes'"):
         check_config(bad)
+
+
+def test_a_local_tokenizer_without_a_chat_template_is_refused_from_its_files(tmp_path, tiny_model_dir):
+    """The tokenizer's files say whether it has a chat template: its tokenizer_config.json key, or a
+    chat_template.jinja / .json beside it; custom_chat_template overrides; a hub id is left to verl."""
+    from verl_bot.preflight import chat_template_problem
+
+    assert chat_template_problem({"path": str(tiny_model_dir)}) is None
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 64}))
+    problem = chat_template_problem({"path": str(bare)})
+    assert problem and "has no chat template" in problem and "custom_chat_template" in problem
+    assert chat_template_problem({"path": "/nowhere", "tokenizer_path": str(bare)}) == problem
+    assert chat_template_problem({"path": str(bare), "custom_chat_template": "{{ messages }}"}) is None
+    assert chat_template_problem({"path": "Qwen/Qwen2.5-3B-Instruct"}) is None
+    (bare / "chat_template.jinja").write_text("{{ messages }}")
+    assert chat_template_problem({"path": str(bare)}) is None
+    (bare / "chat_template.jinja").unlink()
+    (bare / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    assert chat_template_problem({"path": str(bare)}) is None
+    (bare / "tokenizer_config.json").write_text("{not json")
+    assert chat_template_problem({"path": str(bare)}) is None  # unreadable: verl's tokenizer load says so
+
+
+def test_a_reward_server_that_refuses_our_token_is_refused_at_start_up(tmp_path, monkeypatch):
+    """A real math reward server with a token: no token or a wrong one is refused before anything loads, in the
+    run's own one line; the right token passes (an empty batch is all the check sends)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reward_servers.math", "--port", str(port), "--workers", "1", "--token", "secret"],
+        cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the math server did not come up"
+                time.sleep(0.5)
+        cfg = config(tmp_path, *BOT, f"+reward.reward_kwargs.bot.scorers.toy_lint=http://127.0.0.1:{port}")
+        for token in (None, "nope"):
+            if token is None:
+                monkeypatch.delenv("REWARD_SERVER_TOKEN", raising=False)
+            else:
+                monkeypatch.setenv("REWARD_SERVER_TOKEN", token)
+            with pytest.raises(VerlBotConfigError, match=r"answered HTTP 401 \(credentials refused\): set "
+                                                         "REWARD_SERVER_TOKEN"):
+                check_config(cfg)
+        monkeypatch.setenv("REWARD_SERVER_TOKEN", "secret")
+        check_config(cfg)
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -29,6 +29,10 @@ Refused:
 - an estimator knob of the wrong kind (e.g. `+algorithm.bot_std_floor=-1`);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import);
+- a reward server (an `http://` scorer) that is up and refuses our credentials
+  (HTTP 401/403 to an empty batch; `REWARD_SERVER_TOKEN`): a server that is not
+  up yet passes, and a refusal during the run stops it before its next update
+  (`verl_bot.hooks.replay_buffer`);
 - `adv_estimator=vps` without its agent loop (`default_agent_loop=vps_single_turn`,
   which writes the probe results it reads), on a rollout engine whose verl server
   returns no `prompt_logprobs` (trtllm), or on local train files without any
@@ -40,6 +44,10 @@ Refused:
   distillation (whose loss does not receive the knobs). The `reco` loss with one
   mini-batch and one epoch per step is not refused but warned about: its token
   weight is 1 on the first mini-batch of every step, so it changes nothing.
+- a local model folder (`actor_rollout_ref.model.path`, or its `tokenizer_path`)
+  whose tokenizer has no chat template while `custom_chat_template` is unset:
+  verl's dataset and agent loop format every prompt with it (found from the
+  tokenizer's files, without loading it; a hub id is checked when it loads).
 - `adv_estimator=grail` (`grail_problem`) where its weights are not computed
   or not tested: an actor strategy other
   than `fsdp2` (FSDP1 needs an accelerator and is untested; Megatron, veomni,
@@ -49,9 +57,12 @@ Refused:
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl_bot import token_records
@@ -62,7 +73,7 @@ from verl_bot.errors import VerlBotConfigError
 from verl_bot.losses import loss_name
 from verl_bot.losses import reco as reco_loss
 from verl_bot.probing import answer_text, probe_params
-from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorers
+from verl_bot.rewards.scorers import DEFAULT_SCORERS, HttpScorer, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings, reads_dense_rewards, user_settings
 from verl_bot.rewards.verl_functions import default_knows, function_config
 
@@ -245,6 +256,38 @@ def grail_problem(config: Any) -> str | None:
     return None
 
 
+def chat_template_problem(model: Any) -> str | None:
+    """Why the local tokenizer of `model` (verl's `actor_rollout_ref.model`) cannot format prompts, or None.
+
+    A tokenizer folder has a chat template when its tokenizer_config.json carries one or a chat_template.jinja
+    / chat_template.json file sits beside it (transformers writes one of the three). A path that is not a local
+    folder (a hub id, an hdfs:// path) is left to verl, which fails when it loads the tokenizer."""
+    if model.get("custom_chat_template", None):
+        return None
+    path = str(model.get("tokenizer_path", None) or model.get("path", "") or "")
+    config_file = os.path.join(path, "tokenizer_config.json")
+    if not os.path.isfile(config_file):
+        return None
+    if any(os.path.isfile(os.path.join(path, name)) for name in ("chat_template.jinja", "chat_template.json")):
+        return None
+    try:
+        with open(config_file, encoding="utf-8") as f:
+            if json.load(f).get("chat_template"):
+                return None
+    except (OSError, ValueError):
+        return None  # unreadable: verl's own tokenizer load reports it
+    return (
+        f"the tokenizer at {path!r} has no chat template, and verl's dataset and agent loop format every prompt "
+        "with tokenizer.apply_chat_template: save one with the tokenizer (chat_template.jinja) or pass "
+        "actor_rollout_ref.model.custom_chat_template=..."
+    )
+
+
+async def _check_credentials(servers: list[HttpScorer]) -> None:
+    for server in servers:
+        await server.check_credentials()
+
+
 def check_config(config: Any) -> None:
     """Raise `VerlBotConfigError` (one line) for the first thing in `config` that cannot work with verl-bot."""
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
@@ -255,6 +298,9 @@ def check_config(config: Any) -> None:
         raise VerlBotConfigError(problem)
     if spec is None and not bot_manager and loss_name(config) is None:
         return
+    problem = chat_template_problem(config.actor_rollout_ref.get("model") or {})
+    if problem:
+        raise VerlBotConfigError(problem)
     if not config.trainer.get("use_v1", True):
         raise VerlBotConfigError(
             "verl-bot needs verl's v1 trainer (trainer.use_v1=true, the default): the legacy trainer bypasses "
@@ -294,9 +340,13 @@ def check_config(config: Any) -> None:
             "or a python: function) and set reward.reward_model.enable=false"
         )
     try:
-        build_scorers(settings["scorers"], timeout_s=settings["timeout_s"], retries=settings["retries"])
+        scorers = build_scorers(settings["scorers"], timeout_s=settings["timeout_s"], retries=settings["retries"])
     except (ValueError, ImportError, AttributeError) as exc:
         raise VerlBotConfigError(f"reward.reward_kwargs.bot.scorers: {type(exc).__name__}: {exc}") from exc
+    servers = [s for s in scorers.values() if isinstance(s, HttpScorer)]
+    if servers:  # a server that is up and refuses our token: now, not after the models load and a rollout
+        with ThreadPoolExecutor(1) as pool:  # its own event loop, also where the caller runs one
+            pool.submit(asyncio.run, _check_credentials(servers)).result()
     sources = data_sources(local_parquet_files(config))
     missing = unscorable_sources(sorted(sources), config, settings)
     if missing:

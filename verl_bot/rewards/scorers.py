@@ -77,6 +77,13 @@ class PythonScorer:
         return self.noise.apply(verdict, item["response"]) if self.noise is not None else verdict
 
 
+def _refused(url: str, status: int) -> ScorerRefused:
+    return ScorerRefused(
+        f"reward server {url}/score answered HTTP {status} (credentials refused): set {TOKEN_ENV} in the "
+        "trainer's environment to the server's --token"
+    )
+
+
 class HttpScorer:
     """Client of a REWARD_API reward server; several base URLs are used round-robin."""
 
@@ -101,14 +108,30 @@ class HttpScorer:
             )
         async with self._session.post(f"{url}/score", json=payload) as resp:
             if resp.status in (401, 403):
-                raise ScorerRefused(
-                    f"reward server {url}/score answered HTTP {resp.status} (credentials refused): set "
-                    f"{TOKEN_ENV} in the trainer's environment to the server's --token"
-                )
+                raise _refused(url, resp.status)
             if resp.status != 200:
                 body = (await resp.text())[:200]
                 raise ScorerError(f"{url}/score answered HTTP {resp.status}: {body}")
             return await resp.json()
+
+    async def check_credentials(self, timeout_s: float = 5.0) -> None:
+        """Raise `ScorerRefused` if a server refuses our token (an empty batch, `{"items": []}`, to each URL).
+
+        Any other outcome (a server not up yet, a timeout, an answer) passes: the run's own calls retry those
+        and flag what fails; only refused credentials are a misconfiguration no retry can fix."""
+        import aiohttp
+
+        token = os.environ.get(TOKEN_ENV)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers) as s:
+            for url in self.urls:
+                try:
+                    async with s.post(f"{url}/score", json={"items": []}) as resp:
+                        status = resp.status
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    continue
+                if status in (401, 403):
+                    raise _refused(url, status)
 
     async def score(self, item: dict) -> dict:
         errors = []
