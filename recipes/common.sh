@@ -130,6 +130,7 @@ fi
 ANSWER_TASKS="the AIME recipes"
 # shellcheck source=recipes/algos.sh
 source "${ROOT}/recipes/algos.sh"   # the ALGO overrides and knobs (shared with recipes/cpu_train.sh)
+source "${ROOT}/recipes/signals.sh"  # vb_run_trainer: stopping the recipe stops the run
 
 vb_die() {
     { set +x; } 2>/dev/null
@@ -472,12 +473,14 @@ vb_main() {
     mkdir -p "${OUT_DIR}"
     export VERL_FILE_LOGGER_PATH="${OUT_DIR}/metrics.jsonl"
     if [[ "${SMOKE}" != 1 ]]; then
-        "${PY}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@"
+        vb_run_trainer "${PY}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@"
         return
     fi
     local rc=0 t0=${SECONDS}
-    rm -f "${VERL_FILE_LOGGER_PATH}"
-    "${PY}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@" || rc=$?
+    if [[ ! -f "${OUT_DIR}/ckpt/latest_checkpointed_iteration.txt" ]]; then  # a resumed run keeps its metrics
+        rm -f "${VERL_FILE_LOGGER_PATH}"
+    fi
+    vb_run_trainer "${PY}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@" || rc=$?
     { set +x; } 2>/dev/null
     local engine
     engine=$("${PY}" -c 'import importlib.metadata as m

@@ -12,6 +12,7 @@ FIRST = ("test_recipes_cpu.py", "test_cpu_e2e.py", "test_e2e_verl_rewards.py", "
          "test_e2e_pass.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
         name = item.path.name

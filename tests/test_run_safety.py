@@ -384,3 +384,27 @@ def test_a_reward_server_that_refuses_our_token_is_refused_at_start_up(tmp_path,
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_the_drivers_sigterm_is_ctrl_c_unless_the_process_has_its_own_handler():
+    """Python's default SIGTERM ends the driver without Ray's shutdown (its cluster trains on): a verl-bot driver
+    turns it into Ctrl-C's KeyboardInterrupt; a handler the process set itself stays."""
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, sys
+from verl_bot.hooks import driver
+if sys.argv[1] == "own":
+    signal.signal(signal.SIGTERM, lambda *a: print("own handler", flush=True))
+driver.install()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)  # Python runs the handler before the next line
+    print("no interrupt", flush=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+"""
+    outs = [subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=120).stdout
+            for mode in ("default", "own")]
+    assert outs[0].strip().splitlines() == ["KeyboardInterrupt"], outs[0]
+    assert outs[1].strip().splitlines() == ["own handler", "no interrupt"], outs[1]

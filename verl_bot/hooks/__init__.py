@@ -19,6 +19,8 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
                                                              configuration error (fatal marker) or a rollout
                                                              engine that is gone (rollout_failure's marker)
     rollout_failure     AgentLoopWorker._run_agent_loop      a rollout lost to a dead engine marks its group
+    resume              PPOTrainer.fit, tracking.FileLogger.__init__
+                                                             a resumed run keeps the metrics of its earlier steps
     weight_sync         vllm_rollout.ServerAdapter._execute_method, BucketedWeightSender._init_socket
                                                              a weight sync the rollout engine fails stops the run
                                                              (any run: see the module)
@@ -66,6 +68,8 @@ PLAN: tuple[tuple[str, str], ...] = (
     (TRAINER_BASE, "compute_metrics:install"),
     (TRAINER_BASE, "update_actor:install"),
     (TRAINER_BASE, "replay_buffer:install"),
+    (TRAINER_BASE, "resume:install_fit"),
+    (TRAINER_BASE, "resume:install_file_logger"),
     # when verl's agent loop is imported, so before verl's v1 agent loop (verl.trainer.ppo.v1.agent_loop_tq, which
     # imports it) makes its Ray actor class of AgentLoopWorker
     ("verl.experimental.agent_loop.agent_loop", "rollout_failure:install"),

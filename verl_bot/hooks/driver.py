@@ -15,14 +15,20 @@ exception prints anything):
   (the innermost `RayTaskError.cause` / `__cause__`) is remembered;
 - at exit (before Ray's own exit handler, which was registered first): shuts Ray
   down, so no worker line follows, then prints
-  `verl-bot: run stopped: <Type>: <message>` on stderr.
+  `verl-bot: run stopped: <Type>: <message>` on stderr;
+- makes SIGTERM what Ctrl-C is (a `KeyboardInterrupt` in the main thread) unless
+  the process has its own SIGTERM handler: Python's default ends the driver at
+  once, without Ray's shutdown, and the Ray cluster it started goes on training
+  (a scheduler's stop, `kill`, or a recipe's stop, `recipes/signals.sh`).
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
+import threading
 
 HYDRA_ENV = "HYDRA_FULL_ERROR"
 PREFIX = "verl-bot: run stopped:"
@@ -79,5 +85,7 @@ def install() -> list[str]:
         os.environ.setdefault(HYDRA_ENV, "1")
         sys.excepthook = _make_excepthook(sys.excepthook)
         atexit.register(_at_exit)
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
         _installed = True
-    return ["sys.excepthook(driver's last line)"]
+    return ["sys.excepthook(driver's last line)", "SIGTERM(as Ctrl-C)"]
