@@ -91,21 +91,30 @@ class HttpScorer:
         if not urls:
             raise ValueError("HttpScorer needs at least one URL")
         self.urls = [u.rstrip("/") for u in urls]
-        self._next_url = itertools.cycle(self.urls)
+        self._starts = itertools.count()
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
         self._session = None
+        self._session_loop = None
+
+    def _url(self, start: int, attempt: int) -> str:
+        """Round-robin over items, and each retry of an item on the next URL: with two URLs and a retry, an item
+        tries both (a server that is down costs no rollout while another one answers)."""
+        return self.urls[(start + attempt) % len(self.urls)]
 
     async def _post(self, url: str, payload: dict) -> dict:
         import aiohttp
 
-        if self._session is None or self._session.closed:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            # a session belongs to the event loop it was made in: a new loop (a caller's new asyncio.run) gets its own
             token = os.environ.get(TOKEN_ENV)
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers=headers
             )
+            self._session_loop = loop
         async with self._session.post(f"{url}/score", json=payload) as resp:
             if resp.status in (401, 403):
                 raise _refused(url, resp.status)
@@ -135,8 +144,9 @@ class HttpScorer:
 
     async def score(self, item: dict) -> dict:
         errors = []
+        start = next(self._starts)
         for attempt in range(self.retries + 1):
-            url = next(self._next_url)
+            url = self._url(start, attempt)
             try:
                 answer = await self._post(url, {"items": [item]})
                 items = answer.get("items") if isinstance(answer, dict) else None
