@@ -8,7 +8,7 @@ import pytest
 # fixtures are built once, on one worker) except the end-to-end modules whose tests share nothing costly, whose
 # tests spread over both; the longest modules go first, so that neither worker ends with a long one alone.
 SPREAD = {"test_cpu_e2e.py"}
-FIRST = ("test_recipes_cpu.py", "test_cpu_e2e.py", "test_e2e_verl_rewards.py", "test_e2e_reco.py",
+FIRST = ("test_recipes_cpu.py", "test_cpu_e2e.py", "test_e2e_resume.py", "test_e2e_verl_rewards.py", "test_e2e_reco.py",
          "test_e2e_pass.py")
 
 
