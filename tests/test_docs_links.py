@@ -1,6 +1,7 @@
 """Nothing in the README and docs/ rots: what they name exists.
 
-- every relative link and image resolves (a link to a page's `#anchor` to one of its headings), and every image is committed;
+- every relative link and image resolves (a link's `#anchor` to a heading of its page), every image is committed,
+  and every docs page is linked from the README and from docs/index.md;
 - every repository path they name (`verl_bot/...`, `recipes/...`, braces and `<placeholders>` expanded) exists;
 - every `--flag` of a command of this repository (`python -m verl_bot.eval <subcommand>` through its own parser,
   other modules and scripts by their source and the repository modules they import) exists, and every `make X` is a
@@ -254,6 +255,17 @@ def test_every_link_and_image_resolves_and_every_image_is_committed():
     assert len(PAGES) >= 14
     bad = [b for page in PAGES for b in broken_links(page) + uncommitted_images(page)]
     assert not bad, "\n".join(bad)
+
+
+def linked_pages(page: Path) -> set[Path]:
+    return {(page.parent / t.partition("#")[0]).resolve() for t in LINK.findall(_text(page)) if t.partition("#")[0]}
+
+
+def test_every_docs_page_is_linked_from_the_readme_and_the_index():
+    pages = set(PAGES[1:])
+    index = ROOT / "docs" / "index.md"
+    assert pages - linked_pages(ROOT / "README.md") == set()
+    assert pages - linked_pages(index) == {index}
 
 
 def test_every_repository_path_exists():
