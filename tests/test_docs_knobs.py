@@ -207,6 +207,17 @@ def test_every_environment_variable_has_its_row():
     assert not unread, "rows for variables verl_bot/ never names"
 
 
+def test_each_method_in_the_algorithms_page_has_its_knobs_beside_it():
+    """docs/ALGORITHMS.md: the knob tables of each method's section name exactly its knobs (with their sources)."""
+    named = set()
+    for line in (ROOT / "docs" / "ALGORITHMS.md").read_text().splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            named |= {t.removeprefix("+algorithm.") for t in re.findall(r"`([^`]+)`", re.split(r"(?<!\\)\|", line)[1])}
+    code = algorithm_knobs()
+    for prefix in ("bot_", "pure_", "pass_", "reco_", "vps_", "grail_"):
+        assert {n for n in named if n.startswith(prefix)} == {n for n in code if n.startswith(prefix)}, prefix
+
+
 def test_the_reading_sees_what_it_is_for():
     """A `.get` with a module constant as its default, a settings class's field, a computed default."""
     code = algorithm_knobs()
