@@ -210,7 +210,7 @@ def test_every_environment_variable_has_its_row():
 def test_each_method_in_the_algorithms_page_has_its_knobs_beside_it():
     """docs/ALGORITHMS.md: the knob tables of each method's section name exactly its knobs (with their sources)."""
     named = set()
-    for line in (ROOT / "docs" / "ALGORITHMS.md").read_text().splitlines():
+    for line in (ROOT / "docs/ALGORITHMS.md").read_text().splitlines():
         if line.startswith("| ") and not line.startswith("|---"):
             named |= {t.removeprefix("+algorithm.") for t in re.findall(r"`([^`]+)`", re.split(r"(?<!\\)\|", line)[1])}
     code = algorithm_knobs()
