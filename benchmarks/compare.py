@@ -3,7 +3,7 @@
     # run (each missing (task, variant, seed) is one recipes/cpu_train.sh run; finished ones are kept)
     .venv/bin/python benchmarks/compare.py run [--tasks toy_lint toy_math] [--variants bot grpo ...]
         [--seeds 0 1 2] [--steps 40]      # default seeds: 0-2 on toy_lint, 0-4 on toy_math
-    # regenerate the summary table, the figures and the README's results block from the committed CSVs alone
+    # regenerate the summary table, the figures, docs/results.md's table and the README's lines from the CSVs alone
     .venv/bin/python benchmarks/compare.py report
 
 A variant is an algorithm (`ALGO` of recipes/cpu_train.sh) with optional settings: the paper's baselines
@@ -18,8 +18,10 @@ Files (the results folder is committed; the runs' own directories are not):
     results/summary.csv                         per task x variant, mean and spread over seeds
     results/figures/<task>_<metric>_<panel>.png trailing-mean curve per variant (panels: main, open), min-max band
 
-`report` also rewrites the README's block between `<!-- compare:begin -->` and `<!-- compare:end -->`
-with the summary table, so the README's numbers are the committed CSVs' (a test checks it).
+`report` also rewrites docs/results.md's block between `<!-- compare:begin -->` and `<!-- compare:end -->`
+with the summary table, and the README's between `<!-- compare:headline:begin -->` and
+`<!-- compare:headline:end -->` with one line per task (`headline_table`), so the numbers of both pages are
+the committed CSVs' (a test checks it).
 
 Summary columns: steps to threshold (the first step at which the trailing `WINDOW`-step mean of the task's
 metric reaches its threshold; a run that never does counts as steps + 1 and is marked '>'), the final value
@@ -45,6 +47,9 @@ RESULTS = ROOT / "results"
 WINDOW = 3
 FINAL = 5
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
+HEADLINE_BEGIN, HEADLINE_END = "<!-- compare:headline:begin -->", "<!-- compare:headline:end -->"
+PAGE, README = ROOT / "docs" / "results.md", ROOT / "README.md"
+PAGE_LINK = "docs/results.md#sample-efficiency-every-algorithm-on-both-cpu-tasks"  # from the README
 
 # The committed grid's conditions (every run of it, so that runs stay comparable): verl-bot's transformers
 # rollout and the tiny model with 4 attention heads, as before recipes/cpu_train.sh moved to verl's vLLM rollout
@@ -273,7 +278,7 @@ def write_summary(results: Path, rows: list[dict[str, str]]) -> None:
 
 
 def summary_table(rows: list[dict[str, str]]) -> str:
-    """The summary as a Markdown table (the README's results block)."""
+    """The summary as a Markdown table (docs/results.md's results block)."""
     lines = [
         "| task | variant | seeds | steps to threshold | final G | final solved | solved - bot's | step time (s) |",
         "|---|---|---|---|---|---|---|---|",
@@ -295,10 +300,36 @@ def summary_table(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n\n" + note + "\n\n" + legend + "\n"
 
 
-def readme_block(readme: str, table: str) -> str:
-    """`readme` with the text between the compare markers replaced by `table`."""
-    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
-    return readme[:start] + "\n" + table + readme[end:]
+def headline_table(rows: list[dict[str, str]]) -> str:
+    """One line per task (the README's results block): `bot` against `grpo` (the paper's comparison), and the
+    algorithms of MAIN that end above `bot`'s solved rate on the same seeds."""
+    lines = [
+        "| task | seeds x steps | steps to threshold: `bot`, `grpo` | final solved: `bot`, `grpo` "
+        "| ends above `bot` (solved, paired) | all results |",
+        "|---|---|---|---|---|---|",
+    ]
+    for task in TASKS:
+        by = {row["variant"]: row for row in rows if row["task"] == task}
+        if "bot" not in by:
+            continue
+        bot, grpo = by["bot"], by.get("grpo", {})
+        above = [
+            f"`{name}` {by[name]['solved_vs_bot']}"
+            for name in MAIN
+            if name in by and by[name]["solved_vs_bot"] and float(by[name]["solved_vs_bot"].split()[0]) > 0
+        ]
+        lines.append(
+            f"| `{task}` | {bot['seeds']} x {bot['steps']} | {bot['steps_to_threshold']}, "
+            f"{grpo.get('steps_to_threshold', '-')} ({bot['threshold']}) | {bot['final_acc']}, "
+            f"{grpo.get('final_acc', '-')} | {', '.join(above) or 'none'} | [table and curves]({PAGE_LINK}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def replace_block(text: str, table: str, begin: str = BEGIN, end: str = END) -> str:
+    """`text` with what lies between the markers `begin` and `end` replaced by `table`."""
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    return text[:start] + "\n" + table + text[stop:]
 
 
 def trailing_mean(values: list[float], window: int = WINDOW) -> list[float]:
@@ -347,8 +378,9 @@ def plot(results: Path) -> list[Path]:
     return out
 
 
-def report(results: Path, readme: Path | None = ROOT / "README.md") -> str:
-    """Summary CSV, figures and (when `readme` is given) the README's results block; returns the table."""
+def report(results: Path, page: Path | None = PAGE, readme: Path | None = README) -> str:
+    """Summary CSV, figures, the results block of `page` (the full table) and of `readme` (one line per task),
+    each when given; returns the full table."""
     rows = summarize(results)
     if not rows:
         raise SystemExit(f"no runs under {results / 'runs'}")
@@ -356,8 +388,10 @@ def report(results: Path, readme: Path | None = ROOT / "README.md") -> str:
     for path in plot(results):
         print(f"figure: {path}")
     table = summary_table(rows)
+    if page is not None:
+        page.write_text(replace_block(page.read_text(), table))
     if readme is not None:
-        readme.write_text(readme_block(readme.read_text(), table))
+        readme.write_text(replace_block(readme.read_text(), headline_table(rows), HEADLINE_BEGIN, HEADLINE_END))
     print(table)
     return table
 
@@ -392,7 +426,8 @@ def main() -> None:
         for task, name, seed in plan(args.tasks, args.variants, args.seeds):
             print(f"{task} {name} seed {seed} ({args.steps} steps) ...", flush=True)
             run_one(task, name, seed, args.steps, results, Path(args.work))
-    report(results, readme=ROOT / "README.md" if results.resolve() == RESULTS.resolve() else None)
+    committed = results.resolve() == RESULTS.resolve()  # another folder's results leave the pages alone
+    report(results, page=PAGE if committed else None, readme=README if committed else None)
 
 
 if __name__ == "__main__":

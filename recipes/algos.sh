@@ -23,14 +23,14 @@ DAPO_FILTER_METRIC=${DAPO_FILTER_METRIC:-acc}     # reward_extra_info key: the o
 PURE_TEMPERATURE=${PURE_TEMPERATURE:-0.1}          # PURE paper: softmax temperature of the min-form transform
 PURE_OUTCOME_COEF=${PURE_OUTCOME_COEF:-1.0}        # weight of the verifiable reward at EOS (our choice: 1)
 PURE_STEP_SCALE=${PURE_STEP_SCALE:-1.0}            # step value = clip(scale * mean S_t of the step, -1, 1) (per task)
-# PASS knobs (arXiv 2606.29296 gives none; these are our reconstruction's defaults, README "Knobs")
+# PASS knobs (arXiv 2606.29296 gives none; these are our reconstruction's defaults, docs/knobs.md)
 PASS_FORMAT_COEF=${PASS_FORMAT_COEF:-1.0}          # lambda_f, weight of the standardized format stream
 PASS_PROCESS_COEF=${PASS_PROCESS_COEF:-1.0}        # lambda_p, weight of the standardized process density
 PASS_DEAD_ZONE=${PASS_DEAD_ZONE:-0.0}              # delta: |S_t| < delta counts as 0 when chunks are formed
 PASS_MIN_CHUNK=${PASS_MIN_CHUNK:-1}                # m_min: shorter sign runs join the chunk before them
 PASS_DENSITY=${PASS_DENSITY:-suffix}               # suffix | sequence | chunk (Divide-Length)
 PASS_OP=${PASS_OP:-grpo}                           # grpo (mean/std) | drgrpo (mean only)
-# GRPO-VPS knobs (the paper does not state them; ours, README: GRPO-VPS)
+# GRPO-VPS knobs (the paper does not state them; ours, docs/knobs.md)
 VPS_ALPHA=${VPS_ALPHA:-0.5}                        # weight of the belief progress
 VPS_MAX_CUTS=${VPS_MAX_CUTS:-8}                    # probes per rollout = cuts + 1
 VPS_MIN_GAP=${VPS_MIN_GAP:-64}                     # tokens between cuts

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's main job: BoT-GRPO vs GRPO through verl 0.9.1's real PPO trainer on this CPU,
-# then a report (reward over steps as PNG, the token credit of the last step as HTML).
+# The README's main job (`make demo`, docs/cpu_demo.md): BoT-GRPO vs GRPO through verl 0.9.1's real PPO trainer
+# on this CPU, then a report (reward over steps as PNG, the token credit of the last step as HTML).
 #
 #   bash recipes/cpu_demo.sh                 # or: make demo (sets up .venv first)
 #   STEPS=40 ALGOS="bot" bash recipes/cpu_demo.sh trainer.total_epochs=2 ...

@@ -1,5 +1,6 @@
 """benchmarks/compare.py: per-step CSV from verl's metrics, the summary against hand-computed values, and the
-README's results block equal to what `compare.py report` makes from the committed CSVs."""
+results blocks of docs/results.md (the full table) and of the README (one line per task) equal to what
+`compare.py report` makes from the committed CSVs."""
 
 import csv
 import json
@@ -77,13 +78,16 @@ def test_paired_difference_uses_the_seeds_both_have(tmp_path, monkeypatch):
     assert compare.paired_with_bot(compare.load_seeds(tmp_path, "toy_math", "grpo"), bot) == ""  # no runs
 
 
-def test_report_writes_summary_figures_and_only_the_readme_block(tmp_path):
+def test_report_writes_summary_figures_and_only_the_pages_blocks(tmp_path):
     write_run(tmp_path, "toy_math", "bot", 0, [1.0, 2.0, 2.5, 2.5], [0.4, 0.6, 0.7, 0.8])
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{compare.BEGIN}\nold table\n{compare.END}\noutro\n")
-    table = compare.report(tmp_path, readme=readme)
-    text = readme.read_text()
-    assert text == f"intro\n{compare.BEGIN}\n{table}{compare.END}\noutro\n"
+    page, readme = tmp_path / "results.md", tmp_path / "README.md"
+    page.write_text(f"intro\n{compare.BEGIN}\nold table\n{compare.END}\noutro\n")
+    readme.write_text(f"top\n{compare.HEADLINE_BEGIN}\nold lines\n{compare.HEADLINE_END}\nend\n{compare.BEGIN}")
+    table = compare.report(tmp_path, page=page, readme=readme)
+    assert page.read_text() == f"intro\n{compare.BEGIN}\n{table}{compare.END}\noutro\n"
+    headline = compare.headline_table(compare.summarize(tmp_path))
+    block = f"{compare.HEADLINE_BEGIN}\n{headline}{compare.HEADLINE_END}"
+    assert readme.read_text() == f"top\n{block}\nend\n{compare.BEGIN}"  # the full table's marker left alone
     with open(tmp_path / "summary.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
     assert row["task"] == "toy_math" and row["steps_to_threshold"] == "4.00"  # step 3: 0.57; step 4: 0.7 >= 0.6
@@ -92,15 +96,35 @@ def test_report_writes_summary_figures_and_only_the_readme_block(tmp_path):
     ]
 
 
+def test_the_readme_line_of_a_task_is_bot_against_grpo_and_what_ends_above_bot(tmp_path):
+    acc = [0.4, 0.6, 0.7, 0.8, 0.8, 0.9]  # trailing 3-step mean 0.57 at step 3, 0.70 at 4; last 5: 0.76
+    write_run(tmp_path, "toy_math", "bot", 0, [1.0] * 6, acc)
+    write_run(tmp_path, "toy_math", "grpo", 0, [1.0] * 6, [0.0] * 6)  # never: steps + 1 = 7
+    write_run(tmp_path, "toy_math", "pass", 0, [1.0] * 6, [a + 0.1 for a in acc])  # +0.10 over bot
+    write_run(tmp_path, "toy_math", "bot_floor", 0, [1.0] * 6, [1.0] * 6)  # an open question: not listed
+    lines = compare.headline_table(compare.summarize(tmp_path)).splitlines()
+    assert len(lines) == 3  # header, separator, toy_math (toy_lint has no runs)
+    assert lines[2] == (
+        "| `toy_math` | 1 x 6 | 4.00, >7.00 (acc >= 0.6) | 0.76, 0.00 | `pass` +0.10 (1/1 higher) "
+        f"| [table and curves]({compare.PAGE_LINK}) |"
+    )
+
+
 def test_trailing_mean_is_what_the_threshold_reads():
     assert compare.trailing_mean([0.0, 3.0, 6.0, 9.0], window=3) == [0.0, 1.5, 3.0, 6.0]
 
 
-def test_readme_numbers_are_the_committed_csvs():
+def _block(path: Path, begin: str, end: str) -> str:
+    text = path.read_text()
+    return text[text.index(begin) + len(begin) : text.index(end)]
+
+
+def test_the_pages_numbers_are_the_committed_csvs():
     rows = compare.summarize(compare.RESULTS)
-    readme = (ROOT / "README.md").read_text()
-    block = readme[readme.index(compare.BEGIN) + len(compare.BEGIN) : readme.index(compare.END)]
-    assert block == "\n" + compare.summary_table(rows)
+    assert _block(compare.PAGE, compare.BEGIN, compare.END) == "\n" + compare.summary_table(rows)
+    headline = _block(compare.README, compare.HEADLINE_BEGIN, compare.HEADLINE_END)
+    assert headline == "\n" + compare.headline_table(rows)
+    assert "| `toy_lint` | 3 x 40 |" in headline and "| `toy_math` | 5 x 40 |" in headline
     with open(compare.RESULTS / "summary.csv", newline="") as fh:
         assert list(csv.DictReader(fh)) == rows
 

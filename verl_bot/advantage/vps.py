@@ -14,10 +14,10 @@ correct answer a* appended after the prefix (teacher forcing, no sampling):
 Paper: the probe of the correct answer at segment boundaries, progress = the change of that belief between
 adjacent boundaries, added to GRPO's trajectory advantage (abstract). Ours (the paper's full text was not
 available): the cut rule, the template, prob vs log, the value after the last segment (the verdict's `solved`),
-the z-score of progress over the group's segments (population std), its floor and every default (README:
-GRPO-VPS). The floor (`vps_std_floor`, in the units of v: a probability, or nats in log space) keeps a group
-whose beliefs barely move (an all-unsolved group of a model that gives the answer 1e-4, where GRPO gives 0)
-from having those changes, and the server's rounding noise, stretched to unit variance.
+the z-score of progress over the group's segments (population std), its floor and every default
+(docs/ALGORITHMS.md, GRPO-VPS; docs/knobs.md). The floor (`vps_std_floor`, in the units of v: a probability, or
+nats in log space) keeps a group whose beliefs barely move (an all-unsolved group of a model that gives the answer
+1e-4, where GRPO gives 0) from having those changes, and the server's rounding noise, stretched to unit variance.
 
 Rows without probes (no ground truth, an empty response, every probe failed or too long) have no segments: their
 advantage is GRPO's. When `solved` is unknown (a reward without it), the last segment's progress is 0.
@@ -319,7 +319,7 @@ def probe_tensors(rows: Sequence[Mapping[str, Any]]):
 
 
 def probe_metrics(records: Sequence[Mapping[str, Any]], num_segments: torch.Tensor, solved: torch.Tensor) -> dict:
-    """The probing cost and coverage of a batch, from the agent loop's records (see README: GRPO-VPS)."""
+    """The probing cost and coverage of a batch, from the agent loop's records (docs/ALGORITHMS.md, GRPO-VPS)."""
     n = max(len(records), 1)
     status = [str(r.get("status", "")) for r in records]
     t0 = [float(r["t0"]) for r in records if r.get("t0") is not None]
