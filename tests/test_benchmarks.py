@@ -74,3 +74,22 @@ def test_grail_update_benchmark_prints_ratios():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ratio grail/grpo update time " in proc.stdout and "ratio grail/grpo update peak memory" in proc.stdout
+
+
+def test_the_soak_report_gives_each_process_its_growth_and_slope_after_the_warm_up():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from soak_memory import report, slope_per_100
+
+    assert slope_per_100([(50, 100.0), (150, 110.0)]) == 10.0
+    assert slope_per_100([(10, 5.0), (20, 7.0), (30, 9.0)]) == 20.0
+    samples = [
+        {"step": 10, "title": "ray::TaskRunner", "pid": 1, "rss_mib": 50.0},  # warm-up: left out
+        {"step": 50, "title": "ray::TaskRunner", "pid": 1, "rss_mib": 100.0},
+        {"step": 150, "title": "ray::TaskRunner", "pid": 1, "rss_mib": 104.0},
+        {"step": 50, "title": "ray::WorkerDict", "pid": 2, "rss_mib": 200.0},
+        {"step": 150, "title": "ray::WorkerDict", "pid": 2, "rss_mib": 212.0},
+    ]
+    lines, grows = report(samples, warmup=50)
+    assert grows and len(lines) == 2
+    assert lines[0].startswith("ray::TaskRunner (pid 1)") and "+4.00 %" in lines[0] and "+4.00 MiB/100" in lines[0]
+    assert lines[0].endswith("flat") and lines[1].endswith("GROWS") and "+6.00 %" in lines[1]

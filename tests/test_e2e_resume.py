@@ -5,8 +5,9 @@ the CPU backend (hf rollout).
 
 Checked: the stop ends every process of the run (launcher, driver, Ray and its actors: recipes/signals.sh and the
 driver's SIGTERM); the metrics file holds every step once, the killed launch's steps 1-2 kept (verl_bot/hooks/
-resume.py); the dataloader continues where the checkpoint left it (the 4 steps train 16 different prompts of the
-32: a restarted epoch would repeat step 1's); the token report's chosen steps are each written once.
+resume.py); the dataloader continues where the checkpoint left it (the 4 steps of 8 prompts train each of the 32
+prompts of the epoch once: a restarted epoch would repeat step 1's); the token report's chosen steps are each
+written once.
 
     .venv/bin/python -m pytest -q tests/test_e2e_resume.py
 """
@@ -33,7 +34,7 @@ def launch(root: Path, name: str, out_dir: Path) -> Run:
     run = Run(root, name, [])
     run.cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), "trainer.save_freq=2", "data.shuffle=True",
                "+algorithm.token_report_steps=[1,4]", "+algorithm.token_report_groups=1"]
-    run.env.update({"ALGO": "bot", "STEPS": "4", "TRAIN_BATCH": "4", "ROLLOUT": "hf", "TIMEOUT_S": "600",
+    run.env.update({"ALGO": "bot", "STEPS": "4", "ROLLOUT": "hf", "TIMEOUT_S": "600",
                     "PY": str(ROOT / ".venv" / "bin" / "python"), "OUT_DIR": str(out_dir),
                     "MODEL_DIR": str(root / "model"), "DATA_DIR": str(root / "data")})
     (root / "data").mkdir(exist_ok=True)
@@ -50,7 +51,10 @@ def test_a_stopped_bot_run_resumes_from_its_checkpoint_and_loses_nothing(workdir
     latest = out / "ckpt" / "latest_checkpointed_iteration.txt"
     try:
         deadline = time.monotonic() + 500
-        while not (latest.exists() and latest.read_text().strip() == "2"):
+        metrics = out / "metrics.jsonl"
+        # the step-2 checkpoint and step 2's metrics line (verl logs a step after saving its checkpoint): step 3 runs
+        while not (latest.exists() and latest.read_text().strip() == "2" and metrics.exists()
+                   and '"step":2,' in metrics.read_text()):
             assert first.proc.poll() is None, first.output(4000)
             assert time.monotonic() < deadline, "no step-2 checkpoint:\n" + first.output(4000)
             time.sleep(0.5)
@@ -81,6 +85,6 @@ def test_a_stopped_bot_run_resumes_from_its_checkpoint_and_loses_nothing(workdir
     for step in (1, 2, 3, 4):
         rows = [json.loads(ln) for ln in (out / "rollouts" / f"{step}.jsonl").read_text().splitlines() if ln.strip()]
         prompts[step] = {r["input"] for r in rows}
-        assert len(prompts[step]) == 4, (step, prompts[step])  # 4 prompts x 4 rollouts a step
-    assert len(set().union(*prompts.values())) == 16, prompts  # no prompt twice in the epoch
+        assert len(prompts[step]) == 8, (step, prompts[step])  # cpu_train.sh's 8 prompts x 4 rollouts a step
+    assert len(set().union(*prompts.values())) == 32, prompts  # the epoch of 32 prompts, none twice, none skipped
     assert list(recorded_files(out / "ckpt" / "token_records")) == [1, 4]
