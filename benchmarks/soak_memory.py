@@ -54,8 +54,8 @@ def title(pid: int) -> str | None:
     if not text:
         return None
     if text[0].startswith(("ray::", "VLLM::")):
-        return text[0].split()[0]
-    if "verl.trainer.main_ppo" in text:
+        return text[0].split()[0].split(".")[0]  # ray::RewardLoopWorker.compute_score: the actor, not its method
+    if "verl.trainer.main_ppo" in text and Path(text[0]).name != "timeout":  # the driver, not cpu_train's timeout
         return "main_ppo"
     return None
 
@@ -90,7 +90,8 @@ def report(samples: list[dict], warmup: int) -> tuple[list[str], bool]:
     """One line per process (RSS after the warm-up, at the end, growth, slope) and whether any grows > 5 %."""
     by_key: dict[str, list[tuple[int, float]]] = {}
     for s in samples:
-        by_key.setdefault(f"{s['title']} (pid {s['pid']})", []).append((s["step"], s["rss_mib"]))
+        name = str(s["title"]).split(".")[0]
+        by_key.setdefault(f"{name} (pid {s['pid']})", []).append((int(s["step"]), float(s["rss_mib"])))
     lines, grows = [], False
     for key, points in sorted(by_key.items()):
         after = [p for p in points if p[0] >= warmup]
@@ -113,7 +114,13 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--rollout", choices=("hf", "vllm"), default="hf")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "soak_memory")
+    parser.add_argument("--report", type=Path, help="only print the report of an earlier run's rss.csv")
     args = parser.parse_args()
+    if args.report:
+        with open(args.report, newline="") as f:
+            lines, grows = report(list(csv.DictReader(f)), args.warmup)
+        print("\n".join(lines))
+        return 1 if grows else 0
     out = args.out / args.algo
     out.mkdir(parents=True, exist_ok=True)
     mark = uuid.uuid4().hex
