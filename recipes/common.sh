@@ -130,7 +130,7 @@ fi
 ANSWER_TASKS="the AIME recipes"
 # shellcheck source=recipes/algos.sh
 source "${ROOT}/recipes/algos.sh"   # the ALGO overrides and knobs (shared with recipes/cpu_train.sh)
-source "${ROOT}/recipes/signals.sh"  # vb_run_trainer: stopping the recipe stops the run
+source "${ROOT}/recipes/signals.sh"  # vb_run_trainer, vb_fresh_metrics
 
 vb_die() {
     { set +x; } 2>/dev/null
@@ -477,9 +477,7 @@ vb_main() {
         return
     fi
     local rc=0 t0=${SECONDS}
-    if [[ ! -f "${OUT_DIR}/ckpt/latest_checkpointed_iteration.txt" ]]; then  # a resumed run keeps its metrics
-        rm -f "${VERL_FILE_LOGGER_PATH}"
-    fi
+    vb_fresh_metrics "${OUT_DIR}/ckpt"
     vb_run_trainer "${PY}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@" || rc=$?
     { set +x; } 2>/dev/null
     local engine

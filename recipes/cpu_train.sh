@@ -91,7 +91,7 @@ MINI_BATCH=$((TRAIN_BATCH / MINI_BATCHES))   # prompts per update; one micro-bat
 
 # shellcheck source=recipes/cpu_overrides.sh
 source "${ROOT}/recipes/cpu_overrides.sh"
-source "${ROOT}/recipes/signals.sh"   # vb_run_trainer: stopping this script stops the run
+source "${ROOT}/recipes/signals.sh"   # vb_run_trainer, vb_fresh_metrics
 
 [[ -f "${MODEL_DIR}/verl_bot_tiny.json" ]] ||
     "${PY}" -m verl_bot.cpu.tiny_model "${MODEL_DIR}" --seed "${SEED}" --heads "${HEADS}" "${WARM_START[@]}"
@@ -137,11 +137,7 @@ RUN_OVERRIDES+=("${ALGO_OVERRIDES[@]}")
 vb_user_wins RUN_OVERRIDES "$@"
 
 export VERL_FILE_LOGGER_PATH="${OUT_DIR}/metrics.jsonl"
-# a fresh run starts a fresh file; a run that resumes from its checkpoint (verl's trainer.resume_mode=auto, the
-# default) keeps the metrics of the steps before it (verl_bot/hooks/resume.py)
-if [[ ! -f "${OUT_DIR}/ckpt/latest_checkpointed_iteration.txt" ]]; then
-    rm -f "${VERL_FILE_LOGGER_PATH}"
-fi
+vb_fresh_metrics "${OUT_DIR}/ckpt"
 set +e
 vb_run_trainer timeout --kill-after=30 "${TIMEOUT_S}" "${PY}" -m verl.trainer.main_ppo "${RUN_OVERRIDES[@]}" "$@"
 rc=$?

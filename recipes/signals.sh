@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Sourced by recipes/common.sh and recipes/cpu_train.sh: run the trainer so that stopping the script stops the run.
+# Sourced by recipes/common.sh and recipes/cpu_train.sh: how both launch the trainer. Stopping the script stops the
+# run (vb_run_trainer), and a resumed run keeps its metrics file (vb_fresh_metrics).
 #
 # A non-interactive bash dies of an untrapped SIGTERM at once and leaves its foreground command (verl's driver, and
 # through it the Ray cluster it started) running; with a trap it runs the trap only after that command ends. So the
@@ -22,4 +23,12 @@ vb_run_trainer() {
     done
     trap - TERM INT HUP
     return "${rc}"
+}
+
+# vb_fresh_metrics CKPT_DIR: a fresh run starts a fresh $VERL_FILE_LOGGER_PATH; a run that resumes from CKPT_DIR
+# (verl's trainer.resume_mode=auto, the default) keeps the metrics of the steps before it (verl_bot/hooks/resume.py)
+vb_fresh_metrics() {
+    if [[ ! -f "$1/latest_checkpointed_iteration.txt" ]]; then
+        rm -f "${VERL_FILE_LOGGER_PATH}"
+    fi
 }

@@ -1,5 +1,9 @@
 """Shared fixtures: a tiny model + tokenizer built locally (no hub) and verl's own composed trainer config."""
 
+import socket
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -69,3 +73,24 @@ def prompt_ids(server, text: str) -> list[int]:
         [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
     )
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, poll_s: float = 2.0) -> None:
+    """Wait until `url` answers (any HTTP answer); RuntimeError if `proc` exits first, TimeoutError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited ({proc.returncode})")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(poll_s)
+    raise TimeoutError(f"{url} did not answer within {timeout:.0f}s")

@@ -9,39 +9,26 @@ rollout."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 
+from tests.conftest import free_port, wait_http
 from tests.test_reward_manager import make_batch, worker_for
 
 ROOT = Path(__file__).resolve().parents[1]
 RESPONSES = ["Step 1: 3 + 4 = 7\n\n<final>7</final>", "<final>8</final>", "no answer at all", ""]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def math_server(port: int) -> subprocess.Popen:
     """The math reward server on `port`, up (its /health answers)."""
     proc = subprocess.Popen([sys.executable, "-m", "reward_servers.math", "--port", str(port), "--workers", "1"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).close()
-            return proc
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "the math server did not come up"
-            time.sleep(0.3)
+    wait_http(f"http://127.0.0.1:{port}/health", 120, proc, poll_s=0.3)
+    return proc
 
 
 def scored(worker, tokenizer) -> list[float]:

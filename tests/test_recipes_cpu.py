@@ -20,7 +20,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port, wait_http
 from tests.test_cpu_e2e import MARK_ENV, _kill_marked
 from tests.test_vps_advantage import reference_vps
 from verl_bot.advantage.grail import GrailSettings
@@ -115,27 +115,6 @@ def weighted_loss(loss_function, row_weights, stats):
 
 efs.weighted_loss = weighted_loss
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{url}: the server exited ({proc.returncode})")
-        try:
-            with urllib.request.urlopen(url, timeout=5):
-                return
-        except OSError:
-            time.sleep(2)
-    raise TimeoutError(f"{url} did not answer within {timeout:.0f}s")
 
 
 @pytest.fixture(scope="module")

@@ -347,29 +347,19 @@ def test_a_local_tokenizer_without_a_chat_template_is_refused_from_its_files(tmp
 def test_a_reward_server_that_refuses_our_token_is_refused_at_start_up(tmp_path, monkeypatch):
     """A real math reward server with a token: no token or a wrong one is refused before anything loads, in the
     run's own one line; the right token passes (an empty batch is all the check sends)."""
-    import socket
     import subprocess
     import sys
-    import time
-    import urllib.request
     from pathlib import Path
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from tests.conftest import free_port, wait_http
+
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "reward_servers.math", "--port", str(port), "--workers", "1", "--token", "secret"],
         cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and server.poll() is None, "the math server did not come up"
-                time.sleep(0.5)
+        wait_http(f"http://127.0.0.1:{port}/health", 120, server, poll_s=0.5)
         cfg = config(tmp_path, *BOT, f"+reward.reward_kwargs.bot.scorers.toy_lint=http://127.0.0.1:{port}")
         for token in (None, "nope"):
             if token is None:

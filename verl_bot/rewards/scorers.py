@@ -77,6 +77,12 @@ class PythonScorer:
         return self.noise.apply(verdict, item["response"]) if self.noise is not None else verdict
 
 
+def _auth_headers() -> dict[str, str]:
+    """The bearer token of `REWARD_SERVER_TOKEN` from the trainer's environment, if set."""
+    token = os.environ.get(TOKEN_ENV)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def _refused(url: str, status: int) -> ScorerRefused:
     return ScorerRefused(
         f"reward server {url}/score answered HTTP {status} (credentials refused): set {TOKEN_ENV} in the "
@@ -109,10 +115,8 @@ class HttpScorer:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
             # a session belongs to the event loop it was made in: a new loop (a caller's new asyncio.run) gets its own
-            token = os.environ.get(TOKEN_ENV)
-            headers = {"Authorization": f"Bearer {token}"} if token else {}
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers=headers
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers=_auth_headers()
             )
             self._session_loop = loop
         async with self._session.post(f"{url}/score", json=payload) as resp:
@@ -130,9 +134,7 @@ class HttpScorer:
         and flag what fails; only refused credentials are a misconfiguration no retry can fix."""
         import aiohttp
 
-        token = os.environ.get(TOKEN_ENV)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers) as s:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s), headers=_auth_headers()) as s:
             for url in self.urls:
                 try:
                     async with s.post(f"{url}/score", json={"items": []}) as resp:
