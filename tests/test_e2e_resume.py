@@ -1,13 +1,22 @@
-"""A long run survives a stop: `ALGO=bot STEPS=4 bash recipes/cpu_train.sh trainer.save_freq=2`, stopped (SIGTERM to
-the launcher, as a scheduler or `kill` does) during step 3, then the same command again: verl resumes from the step-2
-checkpoint (`trainer.resume_mode=auto`, its default) and finishes. Two trainer starts, verl 0.9.1's real trainer on
-the CPU backend (hf rollout).
+"""`bot` through verl 0.9.1's real trainer on the CPU backend (hf rollout), and a long run that survives a stop.
 
-Checked: the stop ends every process of the run (launcher, driver, Ray and its actors: recipes/signals.sh and the
-driver's SIGTERM); the metrics file holds every step once, the killed launch's steps 1-2 kept (verl_bot/hooks/
-resume.py); the dataloader continues where the checkpoint left it (the 4 steps of 8 prompts train each of the 32
-prompts of the epoch once: a restarted epoch would repeat step 1's); the token report's chosen steps are each
-written once.
+`ALGO=bot STEPS=4 bash recipes/cpu_train.sh trainer.save_freq=2` with a KL loss (a reference model on the CPU) and a
+scorer that fails on some responses, stopped (SIGTERM to the launcher, as a scheduler or `kill` does) during step 3,
+then the same command again: verl resumes from the step-2 checkpoint (`trainer.resume_mode=auto`, its default) and
+finishes. Two trainer starts; the first one's steps 1-2 also carry the checks of the `bot` path (one start shared).
+
+Checked on steps 1-2, from the rollout server, verl's metrics and the probe of tests/test_cpu_e2e.py:
+- dense rewards reach the estimator; weights move and the rollout server gets them every step;
+- the advantages of a step are exactly `bot_advantage` of the composed token rewards of the rollouts whose scorer
+  answered, and 0 on every token of those whose scorer failed;
+- the advantages the actor's loss used are those (rows matched by their old log-probs);
+- the reference model ran (actor/kl_loss); the step's metrics carry the reward and estimator diagnostics; the token
+  records of step 1 are that step's rows.
+Checked on the stop and the resume: the stop ends every process of the run (launcher, driver, Ray and its actors:
+recipes/signals.sh and the driver's SIGTERM); the metrics file holds every step once, the killed launch's steps 1-2
+kept (verl_bot/hooks/resume.py); the dataloader continues where the checkpoint left it (the 4 steps of 8 prompts
+train each of the 32 prompts of the epoch once: a restarted epoch would repeat step 1's); the token report's chosen
+steps are each written once.
 
     .venv/bin/python -m pytest -q tests/test_e2e_resume.py
 """
@@ -21,24 +30,29 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.test_cpu_e2e import Run, _marked_pids, workdir  # noqa: F401 - `workdir` is the shared fixture
-from verl_bot.token_records import recorded_files
+from verl_bot.advantage.bot import bot_advantage
+from verl_bot.token_records import read_records, recorded_files
 
 pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def launch(root: Path, name: str, out_dir: Path) -> Run:
-    """`bash recipes/cpu_train.sh` of a 4-step `bot` run saving every 2 steps into `out_dir`, started."""
+    """`bash recipes/cpu_train.sh` of a 4-step `bot` run saving every 2 steps into `out_dir`, started: a KL loss,
+    seven prompts in eight scored by the flaky scorer of tests/test_cpu_e2e.py, every row of steps 1 and 4 recorded."""
     run = Run(root, name, [])
     run.cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), "trainer.save_freq=2", "data.shuffle=True",
-               "+algorithm.token_report_steps=[1,4]", "+algorithm.token_report_groups=1"]
+               "+algorithm.token_report_steps=[1,4]", "+algorithm.token_report_groups=0",
+               "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.01",
+               "+reward.reward_kwargs.bot.scorers.toy_flaky=python:vb_probe:flaky_toy_lint"]
     run.env.update({"ALGO": "bot", "STEPS": "4", "ROLLOUT": "hf", "TIMEOUT_S": "600",
                     "PY": str(ROOT / ".venv" / "bin" / "python"), "OUT_DIR": str(out_dir),
                     "MODEL_DIR": str(root / "model"), "DATA_DIR": str(root / "data")})
     (root / "data").mkdir(exist_ok=True)
-    for split, source in (("train", "train.parquet"), ("test", "val.parquet")):  # cpu_train.sh's file names
+    for split, source in (("train", "train_flaky.parquet"), ("test", "val.parquet")):  # cpu_train.sh's file names
         target = root / "data" / f"{split}.parquet"
         if not target.exists():
             target.symlink_to(root / source)
@@ -68,6 +82,7 @@ def test_a_stopped_bot_run_resumes_from_its_checkpoint_and_loses_nothing(workdir
         first.cleanup()
     steps_before = [json.loads(ln)["step"] for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     assert steps_before[:2] == [1, 2] and set(steps_before) <= {1, 2, 3}, steps_before
+    check_bot_steps(first, out, workdir)
 
     second = launch(workdir, "resume_2", out)
     try:
@@ -88,3 +103,97 @@ def test_a_stopped_bot_run_resumes_from_its_checkpoint_and_loses_nothing(workdir
         assert len(prompts[step]) == 8, (step, prompts[step])  # cpu_train.sh's 8 prompts x 4 rollouts a step
     assert len(set().union(*prompts.values())) == 32, prompts  # the epoch of 32 prompts, none twice, none skipped
     assert list(recorded_files(out / "ckpt" / "token_records")) == [1, 4]
+
+
+def check_bot_steps(run: Run, out: Path, workdir: Path) -> None:  # noqa: F811 - `workdir` is a path here
+    """Steps 1 and 2 of the stopped launch (8 prompts x 4 rollouts a step); step 3 may be cut short by the stop."""
+    # the rollout server got the trainer's weights before every step, and they changed with training
+    events = run.rollout_events()
+    updates = [e for e in events if e["event"] == "update_weights" and e["global_steps"] <= 2]
+    start = [e for e in events if e["event"] == "start"]
+    assert len(start) == 1, events
+    assert [e["global_steps"] for e in updates] == [0, 1, 2], updates
+    assert [e["weight_version"] for e in updates] == [1, 2, 3], updates
+    assert updates[0]["checksum"] == start[0]["checksum"], "initial sync must carry the model as loaded from disk"
+    assert updates[1]["checksum"] != updates[0]["checksum"], "actor weights did not change after step 1"
+    assert updates[2]["checksum"] != updates[1]["checksum"], "actor weights did not change after step 2"
+
+    # verl's metrics: the rollout sampled with the trainer's weights, the reference model, our metrics
+    metrics = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"] and m["step"] <= 2}
+    assert sorted(steps) == [1, 2], metrics
+    for step, data in steps.items():
+        # fp32 on both sides (verl_bot/cpu/overrides.txt): the rollout samples with exactly the actor's weights
+        assert data["training/rollout_probs_diff_mean"] < 1e-6, (step, data["training/rollout_probs_diff_mean"])
+        assert data["actor/grad_norm"] > 0, (step, data["actor/grad_norm"])
+        assert "actor/kl_loss" in data, sorted(data)
+        for key in ("reward/score/mean", "reward/acc/mean", "reward/scorer_failed/mean", "bot/adv_abs_max"):
+            assert key in data, (key, sorted(data))
+    assert any(data["reward/scorer_failed/mean"] > 0 for data in steps.values())
+
+    # the `bot` estimator received dense per-token rewards (not one scalar on the last token)
+    calls = run.records()
+    estimator_calls = [c for c in calls if c.get("estimator") == "bot"][:2]
+    assert len(estimator_calls) == 2, calls
+    for call in estimator_calls:
+        assert call["mask_dtype"] == "torch.int64"  # the response mask verl 0.9.1's v1 trainer passes
+        rows = call["rows"]
+        assert len(rows) == 32
+        assert any(r["nonzero_before_last"] > 0 for r in rows), rows
+        assert any(r["distinct"] >= 2 for r in rows), "no local (span) penalties in any row: " + str(rows)
+
+    # the step's advantages: bot_advantage over the rollouts whose scorer answered; 0 where it failed, and 0 in a
+    # group that failures left with a single rollout (nothing to compare it with)
+    advantage_steps = [c["rows"] for c in calls if c.get("step") == "advantage"]
+    assert len(advantage_steps) >= 2
+    failed_seen = 0
+    for rows in advantage_steps[:2]:
+        failed_seen += sum(r["failed"] for r in rows)
+        had_failure = {r["uid"] for r in rows if r["failed"]}
+        survivors = {u: sum(1 for r in rows if r["uid"] == u and not r["failed"]) for u in had_failure}
+        lone = {u for u, n in survivors.items() if n == 1}
+        for r in rows:
+            if r["failed"] or r["uid"] in lone:
+                assert not any(r["advantages"]), r
+        valid = [r for r in rows if not r["failed"] and r["uid"] not in lone]
+        width = max(len(r["rewards"]) for r in valid)
+        rewards = torch.zeros(len(valid), width)
+        mask = torch.zeros(len(valid), width)
+        for i, r in enumerate(valid):
+            rewards[i, : len(r["rewards"])] = torch.tensor(r["rewards"])
+            mask[i, : len(r["rewards"])] = 1.0
+        expected = bot_advantage(rewards, mask, [r["uid"] for r in valid])
+        for i, r in enumerate(valid):
+            torch.testing.assert_close(torch.tensor(r["advantages"]), expected[i, : len(r["rewards"])])
+    assert failed_seen > 0, "the flaky scorer never failed: the test checks nothing about failures"
+
+    # the token records of step 1 are exactly that step's rows: uid, token rewards, advantages (read back from
+    # TransferQueue), and the token ids with the bytes of their pieces, which spell the decoded response
+    from transformers import AutoTokenizer
+
+    files = recorded_files(out / "ckpt" / "token_records")
+    assert list(files) == [1], files
+    records = read_records(files[1])
+
+    def row_key(uid, rewards, advantages):
+        return uid, tuple(round(x, 5) for x in rewards), tuple(round(x, 5) for x in advantages)
+
+    assert sorted(row_key(r["uid"], r["rewards"], r["advantages"]) for r in records) == sorted(
+        row_key(r["uid"], r["rewards"], r["advantages"]) for r in advantage_steps[0]
+    )
+    tokenizer = AutoTokenizer.from_pretrained(workdir / "model")
+    for r in records:
+        assert (r["step"], r["estimator"], r["data_source"] in ("toy_lint", "toy_flaky")) == (1, "bot", True)
+        pieces = zip(r["token_bytes"], r["special"], strict=True)
+        raw = b"".join(bytes.fromhex(h) for h, special in pieces if not special)
+        assert raw.decode("utf-8", "replace") == tokenizer.decode(r["response_ids"], skip_special_tokens=True)
+
+    # what the actor's loss used: the same advantages, row by row (matched by old log-probs); every row of steps
+    # 1-2 was trained on (a loss row of step 3 matches its own step's advantages, if the stop came after them)
+    key = lambda r: tuple(round(x, 5) for x in r["old_log_probs"])  # noqa: E731
+    by_old = {key(r): r for rows in advantage_steps for r in rows}
+    first_two = {key(r) for rows in advantage_steps[:2] for r in rows}
+    loss_rows = [r for c in calls if c.get("step") == "loss" for r in c["rows"]]
+    for r in loss_rows:
+        torch.testing.assert_close(torch.tensor(r["advantages"]), torch.tensor(by_old[key(r)]["advantages"]))
+    assert sum(key(r) in first_two for r in loss_rows) == 64, len(loss_rows)
