@@ -6,7 +6,7 @@ setup:
 
 test: setup
 	.venv/bin/ruff check .
-	.venv/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder tests
+	.venv/bin/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25 tests
 
 demo: setup
 	bash recipes/cpu_demo.sh
