@@ -277,3 +277,36 @@ def test_missing_chat_template_is_refused(tiny_model_dir, tmp_path):
         check_chat_template(OmegaConf.create({"path": str(model)}))
     check_chat_template(OmegaConf.create({"path": str(model), "custom_chat_template": "{{ messages }}"}))
     check_chat_template(OmegaConf.create({"path": str(tiny_model_dir)}))
+
+
+SAMPLER_RANKS = r"""
+import json, os, sys
+import torch
+import verl_bot_vllm
+verl_bot_vllm.register()  # what vLLM does in each of its processes (vllm.general_plugins)
+from vllm.v1.sample import sampler
+from vllm.v1.sample.ops import logprobs as ops
+logprobs = torch.log_softmax(torch.randn(5, 50, generator=torch.Generator().manual_seed(0)), dim=-1)
+token_ids = torch.tensor([0, 7, 7, 49, 3])
+out = sampler.Sampler.gather_logprobs(logprobs, 2, token_ids)
+compiled = ops.batched_count_greater_than
+print("RANKS=" + json.dumps({
+    "eager": sampler.batched_count_greater_than is getattr(compiled, "_torchdynamo_orig_callable", None),
+    "ranks": out.selected_token_ranks.tolist(),
+    "inductor_files": sum(len(files) for _, _, files in os.walk(os.environ["TORCHINDUCTOR_CACHE_DIR"])),
+}))
+"""
+
+
+def test_vllm_cpu_sampler_ranks_tokens_without_compiling_a_kernel(tmp_path):
+    """V3 of verl_bot/hooks/vllm_cpu.py, in a fresh process like vLLM's worker on the CPU platform: the sampler's
+    token ranks (what verl's `calculate_log_probs` asks for) come from the eager function, no inductor kernel is
+    written or compiled, and the ranks are those of a plain count."""
+    env = {**os.environ, "VERL_PLATFORM": "cpu", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    out = subprocess.run([sys.executable, "-c", SAMPLER_RANKS], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("RANKS=")][-1][len("RANKS="):])
+    logprobs = torch.log_softmax(torch.randn(5, 50, generator=torch.Generator().manual_seed(0)), dim=-1)
+    token_ids = torch.tensor([0, 7, 7, 49, 3])
+    chosen = logprobs.gather(-1, token_ids[:, None])
+    assert got == {"eager": True, "ranks": (logprobs >= chosen).sum(-1).tolist(), "inductor_files": 0}

