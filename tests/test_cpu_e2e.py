@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import free_port
 from verl_bot.cpu import overrides
 
 pytestmark = pytest.mark.timeout(900)
@@ -638,11 +639,7 @@ def test_a_reward_server_refusing_our_credentials_stops_the_run_before_the_first
     """A configuration error that only shows when a rollout is scored: a real reward server that comes up after the
     start-up checks (which would refuse it at once: tests/test_run_safety.py) and answers HTTP 401. The reward path
     marks it, the replay buffer stops the run before any update, the message is the last line."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     run = Run(
         workdir,
         "refused",

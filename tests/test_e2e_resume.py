@@ -105,7 +105,7 @@ def test_a_stopped_bot_run_resumes_from_its_checkpoint_and_loses_nothing(workdir
     assert list(recorded_files(out / "ckpt" / "token_records")) == [1, 4]
 
 
-def check_bot_steps(run: Run, out: Path, workdir: Path) -> None:  # noqa: F811 - `workdir` is a path here
+def check_bot_steps(run: Run, out: Path, root: Path) -> None:
     """Steps 1 and 2 of the stopped launch (8 prompts x 4 rollouts a step); step 3 may be cut short by the stop."""
     # the rollout server got the trainer's weights before every step, and they changed with training
     events = run.rollout_events()
@@ -181,7 +181,7 @@ def check_bot_steps(run: Run, out: Path, workdir: Path) -> None:  # noqa: F811 -
     assert sorted(row_key(r["uid"], r["rewards"], r["advantages"]) for r in records) == sorted(
         row_key(r["uid"], r["rewards"], r["advantages"]) for r in advantage_steps[0]
     )
-    tokenizer = AutoTokenizer.from_pretrained(workdir / "model")
+    tokenizer = AutoTokenizer.from_pretrained(root / "model")
     for r in records:
         assert (r["step"], r["estimator"], r["data_source"] in ("toy_lint", "toy_flaky")) == (1, "bot", True)
         pieces = zip(r["token_bytes"], r["special"], strict=True)
@@ -190,7 +190,9 @@ def check_bot_steps(run: Run, out: Path, workdir: Path) -> None:  # noqa: F811 -
 
     # what the actor's loss used: the same advantages, row by row (matched by old log-probs); every row of steps
     # 1-2 was trained on (a loss row of step 3 matches its own step's advantages, if the stop came after them)
-    key = lambda r: tuple(round(x, 5) for x in r["old_log_probs"])  # noqa: E731
+    def key(r):
+        return tuple(round(x, 5) for x in r["old_log_probs"])
+
     by_old = {key(r): r for rows in advantage_steps for r in rows}
     first_two = {key(r) for rows in advantage_steps[:2] for r in rows}
     loss_rows = [r for c in calls if c.get("step") == "loss" for r in c["rows"]]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 import sys
 from math import comb
@@ -24,6 +23,7 @@ from reward_servers.common.service import ServerThread, create_app
 from reward_servers.math.server import MathConfig, MathScorer
 from reward_servers.react.config import ReactConfig
 from reward_servers.react.server import ReactScorer
+from tests.conftest import free_port
 from verl_bot.eval.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,9 +67,7 @@ def run_cli(*argv) -> tuple[int, dict | None]:
 
 
 def dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 # ------------------------------------------------------------------------------------------------ servers

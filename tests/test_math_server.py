@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from reward_servers.common.fake_judge import FakeJudge, Rule, last_user_text
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import ServerThread, create_app
 from reward_servers.math.server import MathConfig, MathScorer
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -331,12 +331,6 @@ def test_batch_isolation_and_order(server):
 
 
 # ----------------------------------------------------------------------------------------------- the CLI
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_cli_serves(judge):

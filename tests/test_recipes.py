@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import compose_verl_config
+from tests.conftest import compose_verl_config, free_port
 from verl_bot import token_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,12 +39,6 @@ MODELS = {
     "smollm": "HuggingFaceTB/SmolLM3-3B",
     "phi": "microsoft/Phi-4-mini-reasoning",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def base_env(data: dict, **extra: str) -> dict:

@@ -11,7 +11,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reward_servers.math.rule_judge import Chain, check_step, parse_chain, rule_judge_steps
-from tests.conftest import compose_verl_config
+from tests.conftest import compose_verl_config, free_port
 from tests.test_reward_manager import make_batch, worker_for
 from verl_bot.cpu import toy_math as task
 from verl_bot.rewards.manager import manager_settings
@@ -192,12 +191,6 @@ def test_odd_responses_get_a_verdict():
 
 
 # ---------------------------------------------------------------------- same verdict over HTTP (the server)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
