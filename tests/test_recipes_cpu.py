@@ -172,7 +172,9 @@ class Smoke:
             "VERL_USE_EXTERNAL_MODULES": "vb_probe", "VB_PROBE_DIR": str(self.probe_dir),
             "VB_PROBE_FILE": str(self.probe_dir / "grail.jsonl"),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "probe"), os.environ.get("PYTHONPATH")])),
-            "RAY_DEDUP_LOGS": "0", **env,
+            # the tiny judge never writes a verdict (each reply is flagged unparseable, whatever its length): 16
+            # tokens a reply, not the CPU preset's 64, make the same calls and flags for a quarter of its decoding
+            "JUDGE_MAX_TOKENS": "16", "RAY_DEDUP_LOGS": "0", **env,
         }
         self.env.pop("CUDA_VISIBLE_DEVICES", None)
         self.cmd = ["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *overrides]
