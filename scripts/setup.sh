@@ -28,7 +28,9 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # config files and PIP_* variables, as `pip config list` shows them) are handed on, and it picks versions as pip
 # does (`--index-strategy unsafe-best-match`: the best match over all indexes).
 UV_VERSION=0.13.9
-UV=(.venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match)
+# --compile-bytecode: pip compiles every module at install, uv does not; where PYTHONDONTWRITEBYTECODE is set (as on
+# these machines) Python would then compile torch, verl and vLLM from source in every process, every time.
+UV=(.venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match --compile-bytecode)
 mkdir -p outputs
 LOG=outputs/setup.log
 : > "${LOG}"
