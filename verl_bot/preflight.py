@@ -276,6 +276,12 @@ def chat_template_problem(model: Any) -> str | None:
                 return None
     except (OSError, ValueError):
         return None  # unreadable: verl's own tokenizer load reports it
+    return no_chat_template(path)
+
+
+def no_chat_template(path: str) -> str:
+    """What is wrong and the fix, for a tokenizer without a chat template (this check's and the `hf` rollout's,
+    which asks the loaded tokenizer where no local folder can be read)."""
     return (
         f"the tokenizer at {path!r} has no chat template, and verl's dataset and agent loop format every prompt "
         "with tokenizer.apply_chat_template: save one with the tokenizer (chat_template.jinja) or pass "

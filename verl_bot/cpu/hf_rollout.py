@@ -68,7 +68,11 @@ class ChatTemplateMissing(ValueError):
 
 
 def check_chat_template(model_config: Any) -> None:
-    """Raise `ChatTemplateMissing` unless the tokenizer (or `custom_chat_template`) gives a chat template."""
+    """Raise `ChatTemplateMissing` unless the tokenizer (or `custom_chat_template`) gives a chat template.
+
+    verl's driver has refused a local tokenizer folder without one already (`verl_bot.preflight`, from its files,
+    before Ray starts); this asks the loaded tokenizer, for what that check leaves to verl (a hub id, an hdfs://
+    path) and for the server's own users, with the same message."""
     if model_config.get("custom_chat_template", None):
         return
     path = model_config.get("tokenizer_path", None) or model_config.get("path")
@@ -81,10 +85,10 @@ def check_chat_template(model_config: Any) -> None:
         tokenizer = hf_tokenizer(copy_to_local(path), trust_remote_code=trust)
     if getattr(tokenizer, "chat_template", None):
         return
+    from verl_bot.preflight import no_chat_template  # on this failure path only: the driver's checks import a lot
+
     raise ChatTemplateMissing(
-        f"verl-bot hf rollout: the tokenizer at {path!r} has no chat template, and verl's agent loop formats "
-        "every prompt with tokenizer.apply_chat_template. Save one with the tokenizer (for a ChatML template see "
-        "verl_bot.cpu.tiny_model.CHATML_TEMPLATE) or pass actor_rollout_ref.model.custom_chat_template=..."
+        f"verl-bot hf rollout: {no_chat_template(path)} (a ChatML one: verl_bot.cpu.tiny_model.CHATML_TEMPLATE)"
     )
 
 
