@@ -22,9 +22,9 @@ else
 fi
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # Python packages go in with uv (pinned; installed into .venv by pip), pip where uv cannot be had or fails: the same
-# packages at the same versions (compared with `pip freeze`), in about 25 s where pip takes about 3.6 min on 2 cores
-# (torch 36 s, verl-bot and verl with their dependencies 105 s, vLLM's CPU build 77 s; measured 2026-12-01 with an
-# empty uv cache). uv reads no pip configuration: pip's find-links, index URLs, constraints and certificate (its
+# packages at the same versions (compared with `pip freeze`), in about 50 s with their bytecode compiled where pip
+# takes about 3.6 min on 2 cores (torch 36 s, verl-bot and verl with their dependencies 105 s, vLLM's CPU build 77 s;
+# measured 2026-12-01 with an empty uv cache). uv reads no pip configuration: pip's find-links, index URLs, constraints and certificate (its
 # config files and PIP_* variables, as `pip config list` shows them) are handed on, and it picks versions as pip
 # does (`--index-strategy unsafe-best-match`: the best match over all indexes).
 UV_VERSION=0.13.9
