@@ -5,8 +5,8 @@ The messages come from the source, read with `ast` (no run needed):
 - every `VerlBotConfigError`, `RolloutEngineError` (and their subclasses in verl_bot/) built anywhere in verl_bot/:
   the start-up refusals of `verl_bot/preflight.py`, the estimators' option checks it calls, and what stops a run
   (the replay buffer's markers, the weight-sync watch, the driver's `verl-bot: run stopped:` line);
-- the one-line reasons the start-up checks return (`*_problem` functions) and the rollout-failure marker
-  (`engine_failure`);
+- the one-line reasons the start-up checks return (`*_problem` functions), the messages built for them by
+  `*_message` functions and the rollout-failure marker (`engine_failure`);
 - the knob problems the option checks collect (`problems` lists) and the `ValueError`s of the checks whose message
   becomes a refusal's (`WRAPPED`: the scorer specs, the local noise, ReCo's weight knobs).
 
@@ -108,11 +108,12 @@ def _called(node: ast.AST) -> str | None:
 
 def _problem_messages(function: ast.FunctionDef, constants: dict[str, str]) -> list[tuple[list, int]]:
     """(fragments, line) of what a start-up check returns or collects: `return <text>` of a `*_problem` or
-    `*_failure` function, the arguments of `problems.append`, and the (name, text) tuples of a `problems = [...]`
-    list (the message names the knob: `name text`)."""
+    `*_failure` function or of a `*_message` function (a message two checks share), the arguments of
+    `problems.append`, and the (name, text) tuples of a `problems = [...]` list (the message names the knob:
+    `name text`)."""
     found = []
     for node in ast.walk(function):
-        if isinstance(node, ast.Return) and function.name.endswith(("_problem", "_failure")) and node.value:
+        if isinstance(node, ast.Return) and function.name.endswith(("_problem", "_failure", "_message")) and node.value:
             if any(part is not None for part in fragments(node.value, constants)):  # not `return None`, `str(exc)`
                 found.append((fragments(node.value, constants), node.lineno))
         elif _called(node) == "append" and getattr(node.func.value, "id", None) == "problems":
@@ -198,6 +199,7 @@ def test_the_extraction_sees_what_it_is_for():
         ("adv_estimator=grail with actor_rollout_ref.actor.strategy=fs", "verl_bot/preflight.py"),
         ("vps_cut_rule=.*? must be surprisal or uniform", "verl_bot/advantage/vps.py"),  # collected problems
         ("density must be one of", "verl_bot/advantage/pass_.py"),  # a (name, text) problem
+        ("has no chat template, and verl's dataset", "verl_bot/preflight.py"),  # a *_message
         ("reco_w_max must be >= 1 (the weights are rescaled", "verl_bot/advantage/reco.py"),  # wrapped ValueError
         ("group(s) lost their rollouts:", "verl_bot/hooks/replay_buffer.py"),  # starts with a value
     ):

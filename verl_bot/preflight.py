@@ -276,10 +276,10 @@ def chat_template_problem(model: Any) -> str | None:
                 return None
     except (OSError, ValueError):
         return None  # unreadable: verl's own tokenizer load reports it
-    return no_chat_template(path)
+    return chat_template_message(path)
 
 
-def no_chat_template(path: str) -> str:
+def chat_template_message(path: str) -> str:
     """What is wrong and the fix, for a tokenizer without a chat template (this check's and the `hf` rollout's,
     which asks the loaded tokenizer where no local folder can be read)."""
     return (

@@ -85,10 +85,10 @@ def check_chat_template(model_config: Any) -> None:
         tokenizer = hf_tokenizer(copy_to_local(path), trust_remote_code=trust)
     if getattr(tokenizer, "chat_template", None):
         return
-    from verl_bot.preflight import no_chat_template  # on this failure path only: the driver's checks import a lot
+    from verl_bot.preflight import chat_template_message  # on this failure path only: the driver's checks import a lot
 
     raise ChatTemplateMissing(
-        f"verl-bot hf rollout: {no_chat_template(path)} (a ChatML one: verl_bot.cpu.tiny_model.CHATML_TEMPLATE)"
+        f"verl-bot hf rollout: {chat_template_message(path)} (a ChatML one: verl_bot.cpu.tiny_model.CHATML_TEMPLATE)"
     )
 
 
