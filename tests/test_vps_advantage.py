@@ -346,3 +346,14 @@ def test_the_adapter_reports_the_floors_share_and_the_knob_is_checked():
     assert VPSSettings.from_config(None).std_floor == DEFAULT_STD_FLOOR
     with pytest.raises(VerlBotConfigError, match=r"\+algorithm.vps_std_floor=-1.0 must be a finite number >= 0"):
         VPSSettings.from_config({"vps_std_floor": -1})
+
+
+def test_two_progresses_one_float32_step_apart_get_symmetric_z_scores():
+    """Beliefs 1 and 1 - 2^-24 (logp 0 and -5.96e-8), both unsolved, no floor: progresses -1 and -(1 - 2^-24).
+    Their mean in float32 rounds onto one of them; in float64 the z-scores are +-d / (d + eps), d = 2^-25."""
+    starts, logp, num, mask = tensors([[0], [0]], [[0.0], [-5.960464477539063e-08]], [1, 1], 1)
+    _, progress, _ = vps_advantage(torch.zeros(2, 1), mask, ["a", "a"], starts, logp, num, torch.zeros(2),
+                                   alpha=0.0, std_floor=0.0)
+    d = 2.0**-25
+    z = d / (d + 1e-6)
+    assert progress[:, 0].tolist() == pytest.approx([-z, z], rel=1e-3)
