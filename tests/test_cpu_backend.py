@@ -307,22 +307,30 @@ import verl_bot_vllm
 verl_bot_vllm.register()  # what vLLM does in each of its processes (vllm.general_plugins)
 from vllm.v1.sample import sampler
 from vllm.v1.sample.ops import logprobs as ops
+from vllm.v1.sample.ops import topk_topp_sampler as topk
 logprobs = torch.log_softmax(torch.randn(5, 50, generator=torch.Generator().manual_seed(0)), dim=-1)
 token_ids = torch.tensor([0, 7, 7, 49, 3])
 out = sampler.Sampler.gather_logprobs(logprobs, 2, token_ids)
-compiled = ops.batched_count_greater_than
+# the CPU sampler's own path for requests without seeds (verl's): one token per row, drawn eagerly
+logits = torch.full((3, 50), -1e9)
+logits[0, 4] = logits[1, 17] = logits[2, 33] = 0.0  # one possible token per row
+drawn, _ = topk.TopKTopPSampler().forward_cpu(logits.clone(), {}, None, None)
 print("RANKS=" + json.dumps({
-    "eager": sampler.batched_count_greater_than is getattr(compiled, "_torchdynamo_orig_callable", None),
+    "eager": sampler.batched_count_greater_than is getattr(ops.batched_count_greater_than,
+                                                           "_torchdynamo_orig_callable", None),
+    "sample_eager": not hasattr(topk.compiled_random_sample, "_torchdynamo_orig_callable"),
     "ranks": out.selected_token_ranks.tolist(),
+    "drawn": drawn.tolist(),
     "inductor_files": sum(len(files) for _, _, files in os.walk(os.environ["TORCHINDUCTOR_CACHE_DIR"])),
 }))
 """
 
 
-def test_vllm_cpu_sampler_ranks_tokens_without_compiling_a_kernel(tmp_path):
-    """V3 of verl_bot/hooks/vllm_cpu.py, in a fresh process like vLLM's worker on the CPU platform: the sampler's
-    token ranks (what verl's `calculate_log_probs` asks for) come from the eager function, no inductor kernel is
-    written or compiled, and the ranks are those of a plain count."""
+def test_vllm_cpu_sampler_ranks_and_draws_tokens_without_compiling_a_kernel(tmp_path):
+    """V3 and V4 of verl_bot/hooks/vllm_cpu.py, in a fresh process like vLLM's worker on the CPU platform: the
+    sampler's token ranks (what verl's `calculate_log_probs` asks for) come from the eager function and are those
+    of a plain count; its draw for requests without seeds (verl's) is the eager exponential race, which draws the
+    one possible token of each row; no inductor kernel is written or compiled."""
     env = {**os.environ, "VERL_PLATFORM": "cpu", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     out = subprocess.run([sys.executable, "-c", SAMPLER_RANKS], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
@@ -330,4 +338,5 @@ def test_vllm_cpu_sampler_ranks_tokens_without_compiling_a_kernel(tmp_path):
     logprobs = torch.log_softmax(torch.randn(5, 50, generator=torch.Generator().manual_seed(0)), dim=-1)
     token_ids = torch.tensor([0, 7, 7, 49, 3])
     chosen = logprobs.gather(-1, token_ids[:, None])
-    assert got == {"eager": True, "ranks": (logprobs >= chosen).sum(-1).tolist(), "inductor_files": 0}
+    assert got == {"eager": True, "sample_eager": True, "ranks": (logprobs >= chosen).sum(-1).tolist(),
+                   "drawn": [4, 17, 33], "inductor_files": 0}

@@ -155,6 +155,7 @@ def test_the_replay_buffer_of_a_stock_run_is_verls_own():
 def test_validate_config_of_a_stock_run_changes_nothing_in_the_process(monkeypatch, caplog):
     started = []
     monkeypatch.setattr(validate_hook, "start_run", started.append)
+    monkeypatch.setattr(driver, "_installed", False)  # a verl-bot run of an earlier test in this process set it
     process = lambda: (sys.excepthook, dict(os.environ), logging.getLogger().handlers[:],  # noqa: E731
                        logging.getLogger("verl_bot").handlers[:])
     before = process()

