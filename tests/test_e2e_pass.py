@@ -1,7 +1,10 @@
-"""PASS end to end: `ALGO=pass STEPS=2 bash recipes/cpu_train.sh` through verl 0.9.1's real trainer on the CPU backend.
+"""PASS end to end, killed and resumed: `ALGO=pass STEPS=3 bash recipes/cpu_train.sh trainer.save_freq=2` through
+verl 0.9.1's real trainer on the CPU backend.
 
-ONE trainer start (the recipe itself, the `Run` helper of tests/test_cpu_e2e.py for timeouts and cleanup). A
-probe module, imported by verl in every process (`VERL_USE_EXTERNAL_MODULES`), records:
+Two trainer starts (the recipe itself, the `Run` helper of tests/test_cpu_e2e.py for timeouts and cleanup): the
+first is killed with SIGKILL, every process of the run at once, during step 3 (after the step-2 checkpoint); the
+same command then resumes from that checkpoint and trains step 3. A probe module, imported by verl in every
+process (`VERL_USE_EXTERNAL_MODULES`), records:
 
 - at the estimator (driver): the reward streams `pass` finds active (format included: the toy_lint scorer here
   also reports a format part, as the math server does), each row's verdict parts, old log-probs and the
@@ -10,10 +13,11 @@ probe module, imported by verl in every process (`VERL_USE_EXTERNAL_MODULES`), r
   and old log-probs it is called with.
 
 The test recomputes `pass_advantage` from the recorded streams, and matches every row of the update to its
-row at the estimator by its old log-probs: the advantages the actor used are `pass`'s.
+row at the estimator by its old log-probs: the advantages the actor used are `pass`'s, in steps 1-2 of the
+killed launch and in the resumed step 3 (whose batch context is built anew by the resumed trainer); the metrics
+file holds steps 1-3 once, PASS's own among them.
 
     .venv/bin/python -m pytest -q tests/test_e2e_pass.py
-    # measured on the shared 2-core machine (load average ~20): 191 s
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pytest
 import torch
 
 from tests.test_cpu_e2e import Run
+from tests.test_e2e_resume import kill_in_step_3
 from verl_bot.advantage.pass_ import pass_advantage
 
 pytestmark = pytest.mark.timeout(900)
@@ -114,19 +119,21 @@ def padded(rows: list[dict], key: str) -> torch.Tensor:
     return torch.tensor([r[key] + [0.0] * (width - len(r[key])) for r in rows])
 
 
-def test_pass_recipe_two_steps_streams_reach_pass_and_the_actor_uses_its_advantages(workdir, tiny_model_dir):
-    run = Run(workdir, "pass", [])
+def launch(workdir: Path, name: str, out: Path, model: Path) -> Run:
+    """The PASS recipe's 3-step run saving every 2 steps into `out`, started."""
+    run = Run(workdir, name, [])
     run.cmd = [
         "bash",
         str(ROOT / "recipes" / "cpu_train.sh"),
+        "trainer.save_freq=2",
         "+reward.reward_kwargs.bot.scorers.toy_lint=python:vb_pass_probe:toy_lint_with_format",
     ]
     run.env.update(
         {
             "ALGO": "pass",
-            "STEPS": "2",
-            "OUT_DIR": str(run.dir),
-            "MODEL_DIR": str(tiny_model_dir),
+            "STEPS": "3",
+            "OUT_DIR": str(out),
+            "MODEL_DIR": str(model),
             "DATA_DIR": str(workdir / "data"),
             "PY": sys.executable,
             "VERL_USE_EXTERNAL_MODULES": "vb_pass_probe",
@@ -135,15 +142,45 @@ def test_pass_recipe_two_steps_streams_reach_pass_and_the_actor_uses_its_advanta
             ),
         }
     )
-    check_records(run.finish(timeout=720).probe, run.metrics)
+    return run.start()
 
 
-def check_records(probe: Path, metrics_file: Path) -> None:
-    """What the probe and verl's metrics of the run must show (a function: it can be re-run on a kept run)."""
-    records = [json.loads(ln) for ln in probe.read_text().splitlines() if ln.strip()]
-    estimator = [r for r in records if r["kind"] == "estimator"]
+def test_pass_killed_in_step_3_resumes_and_the_actor_uses_its_advantages_throughout(workdir, tiny_model_dir):
+    out = workdir / "pass_out"
+    killed = launch(workdir, "pass_1", out, tiny_model_dir)
+    kill_in_step_3(killed, out)
+    check_records(records_of(killed.probe), steps=2)  # steps 1-2; a step 3 cut short by the kill is left out
+    resumed = launch(workdir, "pass_2", out, tiny_model_dir)
+    try:
+        rc = resumed.wait(timeout=600)
+    finally:
+        resumed.cleanup()
+    assert rc == 0, resumed.output(6000)
+    assert "Resuming from" in resumed.output() and "global_step_2" in resumed.output(), resumed.output(4000)
+    check_records(records_of(resumed.probe), steps=1)  # the resumed step 3
+    metrics = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
+    assert [m["step"] for m in metrics if "actor/pg_loss" in m["data"]] == [1, 2, 3], metrics  # each once
+    for data in steps.values():
+        assert data["pass/chunks_per_rollout"] >= 1.0 and data["pass/tokens_per_chunk"] >= 1.0
+        shares = [data[f"pass/share_{name}"] for name in ("outcome", "format", "process")]
+        assert sum(shares) == pytest.approx(1.0, abs=1e-6) and data["pass/share_format"] > 0, shares
+        assert data["verl_bot/scorer_failed_rows"] == 0 and 0.0 <= data["reward/solved/mean"] <= 1.0
+
+
+def records_of(probe: Path) -> list[dict]:
+    """The probe's records; a last line cut short by a kill is left out."""
+    lines = [ln for ln in probe.read_text().splitlines() if ln.strip()]
+    if lines and not probe.read_text().endswith("\n"):
+        lines.pop()
+    return [json.loads(ln) for ln in lines]
+
+
+def check_records(records: list[dict], steps: int) -> None:
+    """What the probe of one launch must show for its first `steps` steps (8 prompts x 4 rollouts a step)."""
+    estimator = [r for r in records if r["kind"] == "estimator"][:steps]
     updates = [r for r in records if r["kind"] == "update"]
-    assert len(estimator) == 2, [r["kind"] for r in records]  # one advantage computation per step
+    assert len(estimator) == steps, [r["kind"] for r in records]  # one advantage computation per step
 
     # 1. the streams arrived at `pass`, format included, and `pass` computed what the pure function computes
     seen_formats = set()
@@ -175,23 +212,12 @@ def check_records(probe: Path, metrics_file: Path) -> None:
     for call in estimator:
         for r in call["rows"]:
             by_old_log_probs.setdefault(tuple(r["old_log_probs"]), []).append(r["advantages"])
-    update_rows = [r for call in updates for r in call["rows"]]
-    assert len(update_rows) == 64, len(update_rows)  # 2 steps x 32 rollouts, one update each
+    update_rows = [r for call in updates for r in call["rows"] if tuple(r["old_log_probs"]) in by_old_log_probs]
+    assert len(update_rows) == 32 * steps, len(update_rows)  # 32 rollouts a step, one update each
     assert len({tuple(r["old_log_probs"]) for r in update_rows}) == len(by_old_log_probs)  # every row was trained on
     for r in update_rows:
-        candidates = by_old_log_probs.get(tuple(r["old_log_probs"]))
-        assert candidates, "an update row with old log-probs never seen at the estimator"
+        candidates = by_old_log_probs[tuple(r["old_log_probs"])]
         assert any(
             torch.allclose(torch.tensor(r["advantages"]), torch.tensor(c), atol=1e-6, rtol=0) for c in candidates
         ), (r["advantages"], candidates)
     assert {c["pid"] for c in updates}.isdisjoint({c["pid"] for c in estimator})  # the actor worker's own process
-
-    # 3. PASS's own metrics are in verl's step metrics
-    metrics = [json.loads(ln) for ln in metrics_file.read_text().splitlines() if ln.strip()]
-    steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
-    assert sorted(steps) == [1, 2], metrics
-    for data in steps.values():
-        assert data["pass/chunks_per_rollout"] >= 1.0 and data["pass/tokens_per_chunk"] >= 1.0
-        shares = [data[f"pass/share_{name}"] for name in ("outcome", "format", "process")]
-        assert sum(shares) == pytest.approx(1.0, abs=1e-6) and data["pass/share_format"] > 0, shares
-        assert data["verl_bot/scorer_failed_rows"] == 0 and 0.0 <= data["reward/solved/mean"] <= 1.0

@@ -18,6 +18,7 @@ import concurrent.futures
 import http.server
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -145,6 +146,44 @@ def test_shellcheck_clean():
     assert {f"recipes/{r}.sh" for r in RECIPES} | {"recipes/common.sh", "recipes/algos.sh"} <= set(scripts)
     res = subprocess.run([shellcheck, "-x", *scripts], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+FAKE_TRAINER = """
+import signal, sys, time
+from pathlib import Path
+log = Path(sys.argv[1])
+
+def stop(signum, frame):
+    log.write_text(log.read_text() + f"got {signal.Signals(signum).name}\\n")
+    time.sleep(1)  # a trainer takes a while to stop (Ray shuts down): the script must wait for it
+    log.write_text(log.read_text() + "stopped\\n")
+    sys.exit(7)
+
+signal.signal(signal.SIGTERM, stop)
+log.write_text("ready\\n")
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stopped_launcher_stops_its_trainer_and_returns_its_exit_code(tmp_path, signum):
+    """recipes/signals.sh's vb_run_trainer (how the recipes and cpu_train.sh start the trainer): a SIGTERM, SIGINT or
+    SIGHUP of the script reaches the trainer as SIGTERM (verl-bot's driver takes it as Ctrl-C and Ray shuts down:
+    tests/test_run_safety.py, tests/test_cpu_e2e.py); the script waits until the trainer has stopped and exits with
+    its code. Without the forwarding, bash dies of the SIGTERM at once and leaves the trainer running."""
+    log = tmp_path / "trainer.log"
+    (tmp_path / "trainer.py").write_text(FAKE_TRAINER)
+    script = f'source {ROOT / "recipes" / "signals.sh"}; vb_run_trainer {sys.executable} trainer.py {log}; echo "rc=$?"'
+    proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (log.exists() and log.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=30)
+    assert log.read_text() == "ready\ngot SIGTERM\nstopped\n"
+    assert out.strip() == "rc=7"
 
 
 def test_recipes_follow_verl_style():

@@ -5,7 +5,9 @@ it runs on the CPU platform (`PLATFORM=cpu`, recipes/platform.sh) with verl's ow
 the recipe's own composed overrides (only sizes, the platform and the model change), its reward server started by
 the recipe (the React server with real esbuild, ESLint and Chromium; the math server), and a judge that is a real
 `vllm serve` of a tiny local model on loopback (one for the module): it answers at random, and the reward servers
-must turn whatever it says into verdicts and flags. The models are the tiny local ones the recipes build, made
+must turn whatever it says into verdicts and flags; in the React and AIME `bot` runs it stops answering during step 2
+and comes back (`JudgeOutage`). The GRAIL run is launched again with `SMOKE_STEPS=3` and resumes from its step-2
+checkpoint. The models are the tiny local ones the recipes build, made
 here once: the React one warm-started to write a ```tsx component, the AIME one on toy_math problems in the AIME
 prompt's wording (recipes/data/aime_cpu.jsonl). A probe module (loaded by verl in every process through
 `VERL_USE_EXTERNAL_MODULES`) records what the GRPO-VPS estimator and agent loop and GRAIL's loss see.
@@ -22,7 +24,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -149,22 +153,86 @@ def setup(tmp_path_factory):
         (root / "probe").mkdir()
         (root / "probe" / "vb_probe.py").write_text(PROBE)
         wait_http(f"http://127.0.0.1:{port}/v1/models", 300, judge)
-        yield {"root": root, "judge": f"http://127.0.0.1:{port}/v1"}
+        yield {"root": root, "judge": f"http://127.0.0.1:{port}/v1", "judge_pgid": judge.pid}
     finally:
         os.killpg(judge.pid, signal.SIGTERM)
         judge.wait(timeout=60)
         log.close()
 
 
+class JudgeOutage(threading.Thread):
+    """The judge stops answering in the middle of a run and comes back: once the run has logged step 1, every
+    process of the judge is stopped (SIGSTOP: connections are accepted, nothing is answered) for `seconds`, then
+    continued. The reward server's judge counters (its /health) are read when the judge is back."""
+
+    def __init__(self, setup: dict, seconds: float):
+        super().__init__(daemon=True)
+        self.pgid, self.seconds = setup["judge_pgid"], seconds
+        self.metrics: Path | None = None
+        self.reward_url = ""
+        self.stopped_at: float | None = None
+        self.at_return: dict | None = None
+        self._done = threading.Event()
+
+    def attach(self, run: Smoke) -> JudgeOutage:
+        self.metrics, self.reward_url = run.dir / "metrics.jsonl", f"http://127.0.0.1:{run.env['REWARD_PORT']}"
+        return self
+
+    def _judge_stats(self) -> dict:
+        # React's /health also warms its browser and asks the judges: give it time
+        with urllib.request.urlopen(self.reward_url + "/health", timeout=120) as resp:
+            return json.loads(resp.read()).get("judge_stats", {})
+
+    def run(self) -> None:
+        while not self._done.is_set() and not (self.metrics.exists() and '"step":1,' in self.metrics.read_text()):
+            time.sleep(0.2)
+        if self._done.is_set():
+            return
+        os.killpg(self.pgid, signal.SIGSTOP)
+        self.stopped_at = time.monotonic()
+        try:
+            self._done.wait(self.seconds)
+        finally:
+            os.killpg(self.pgid, signal.SIGCONT)
+        self.at_return = self._judge_stats()
+
+    def end(self) -> None:
+        self._done.set()
+        self.join(timeout=30)
+        os.killpg(self.pgid, signal.SIGCONT)  # whatever happened, the judge serves the next runs
+
+
+def answered(stats: dict) -> int:
+    """Judge calls the reward server got an answer to (a usable score or not), from its judge counters."""
+    return sum(n for key, n in stats.items() if key.endswith(("_ok", "_unparseable")) and "attribution" not in key)
+
+
+def check_outage(run: Smoke, outage: JudgeOutage, judge: str, asked_again: bool) -> None:
+    """The judge went away during step 2 and came back: step 1 had no `judge_unavailable` verdict, step 2 had
+    some (the calls' deadline passed: nothing hung), the run went on to its end, and the verdict's judge line says
+    so as a warning, not a failure; `asked_again`: calls made after it came back were answered."""
+    assert outage.stopped_at is not None and outage.at_return is not None, "the judge was never stopped"
+    steps = run.steps()
+    assert steps[1].get("reward/flag/judge_unavailable/mean", 0.0) == 0.0, steps[1]
+    assert steps[2]["reward/flag/judge_unavailable/mean"] > 0, steps[2]
+    health = run.line("judge")
+    found = re.search(r"(\d+) of (\d+) calls answered, \d+ with a usable score, (\d+) unavailable \[WARN\]", health)
+    assert found and int(found.group(3)) > 0, health
+    if asked_again:
+        assert int(found.group(1)) > answered(outage.at_return), (health, outage.at_return)
+    assert judge in health
+
+
 class Smoke:
     """One `SMOKE=1 bash recipes/<recipe>.sh` run on the CPU platform; its output folder and what it printed."""
 
-    def __init__(self, setup: dict, recipe: str, algo: str, *overrides: str, **env: str):
+    def __init__(self, setup: dict, recipe: str, algo: str, *overrides: str, launch: str = "", **env: str):
+        """`launch` names another launch of the same run (same output folder, a probe folder of its own)."""
         task = recipe.split("_")[0]
         root = setup["root"]
         self.name = f"{recipe}_{algo}"
         self.dir = root / "runs" / self.name
-        self.probe_dir = root / "probes" / self.name
+        self.probe_dir = root / "probes" / (self.name + launch)
         self.probe_dir.mkdir(parents=True)
         mark = uuid.uuid4().hex
         judge = {"react": "LLM_JUDGE_BASE_URL", "aime": "STEP_JUDGE_BASE_URL"}[task]
@@ -182,13 +250,19 @@ class Smoke:
         self.env.pop("CUDA_VISIBLE_DEVICES", None)
         self.cmd = ["bash", str(ROOT / "recipes" / f"{recipe}.sh"), *overrides]
         self.mark = mark
+        self.setup = setup
+        self.outage: JudgeOutage | None = None
 
-    def run(self, timeout: float = 800) -> Smoke:
+    def run(self, timeout: float = 800, outage: JudgeOutage | None = None) -> Smoke:
         start = time.monotonic()
+        if outage is not None:
+            outage.start()
         try:
             proc = subprocess.run(self.cmd, env=self.env, capture_output=True, text=True, timeout=timeout,
                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         finally:
+            if outage is not None:
+                outage.end()
             _kill_marked(self.mark)
         self.seconds = time.monotonic() - start
         self.rc, self.out, self.err = proc.returncode, proc.stdout, proc.stderr
@@ -243,14 +317,26 @@ def check_common(run: Smoke, judge: str | None) -> dict[int, dict]:
     return steps
 
 
+# The judge outages of the React and AIME `bot` smokes: each judge call gives up after JUDGE_DEADLINE_S (no retry:
+# the recipes' judges retry twice after 60 s, a stop of minutes), the judge stays stopped for OUTAGE_S
+JUDGE_DEADLINE_S, OUTAGE_S = "20", 45
+
+
 @pytest.fixture(scope="module")
 def react_bot(setup):
-    return Smoke(setup, "react_qwen", "bot").run()
+    run = Smoke(setup, "react_qwen", "bot", REACT_REWARD_JUDGE_TIMEOUT_S=JUDGE_DEADLINE_S,
+                REACT_REWARD_JUDGE_MAX_RETRIES="0")
+    run.outage = JudgeOutage(setup, OUTAGE_S).attach(run)
+    return run.run(outage=run.outage)
 
 
 def test_react_qwen_bot_on_verls_vllm_rollout(react_bot):
-    """The React recipe's full reward stack on what a warm-started tiny model writes: bundle, lint, render, judge."""
-    steps = check_common(react_bot, judge="LLM code judge")
+    """The React recipe's full reward stack on what a warm-started tiny model writes: bundle, lint, render, judge;
+    the LLM code judge stops answering during step 2 and comes back (`JudgeOutage`)."""
+    steps = check_common(react_bot, judge=None)
+    # the React smoke asks the judge about the compiled components only (22 calls in a run seen here): step 2's
+    # fell inside the outage, and whether the final validation's 4 responses compile is chance
+    check_outage(react_bot, react_bot.outage, "LLM code judge", asked_again=False)
     check_dense(react_bot)
     for data in steps.values():
         for part in ("compile", "eslint", "llm_judge"):
@@ -264,12 +350,17 @@ def test_react_qwen_bot_on_verls_vllm_rollout(react_bot):
 def aime_bot(setup):
     # the tiny judge's replies are never a verdict (every step "unparseable", no step reward): only answers tell
     # rollouts apart, and the tiny model solves ~1 in 15; 8 groups of 8 give a step mixed groups all but surely
-    return Smoke(setup, "aime_qwen", "bot", SMOKE_BATCH="8", ROLLOUT_N="8").run()
+    run = Smoke(setup, "aime_qwen", "bot", SMOKE_BATCH="8", ROLLOUT_N="8", MATH_JUDGE_TIMEOUT_S=JUDGE_DEADLINE_S,
+                MATH_JUDGE_MAX_RETRIES="0")
+    run.outage = JudgeOutage(setup, OUTAGE_S).attach(run)
+    return run.run(outage=run.outage)
 
 
 def test_aime_qwen_bot_on_verls_vllm_rollout(aime_bot):
-    """The AIME recipe: the math server's Eq. 8 with a real step judge, dense rewards into BoT."""
-    steps = check_common(aime_bot, judge="step judge")
+    """The AIME recipe: the math server's Eq. 8 with a real step judge, dense rewards into BoT; the step judge stops
+    answering during step 2 and comes back (`JudgeOutage`)."""
+    steps = check_common(aime_bot, judge=None)
+    check_outage(aime_bot, aime_bot.outage, "step judge", asked_again=True)
     check_dense(aime_bot)
     for data in steps.values():
         assert "reward/answer/mean" in data and "reward/format/mean" in data
@@ -366,6 +457,17 @@ def test_aime_qwen_grail_weights_reach_verls_loss(aime_grail):
     steps = check_common(aime_grail, judge=None)
     records = aime_grail.probe("grail.jsonl")
     assert len(records) >= 4, f"expected several actor micro-batches over 2 steps, got {len(records)}"
+    reached, from_saliency = check_grail_records(records)
+    assert reached > 0, "no weight != 1 on a token with a non-zero advantage reached the loss"
+    assert from_saliency > 0, "no saliency-derived weight (before an answer) reached the loss"
+    assert any(rec["stats"]["reweighted_rate"] > 0 for rec in records)
+    for data in steps.values():
+        check_grail_metrics(data)
+
+
+def check_grail_records(records: list[dict]) -> tuple[int, int]:
+    """Every micro-batch's advantages at verl's loss are the original ones times GRAIL's weights, and answer content
+    has w_max; returns (tokens whose weight != 1 met a non-zero advantage, of them saliency-derived)."""
     reached = from_saliency = 0
     for rec in records:
         for w, orig, at_loss, span in zip(rec["weights"], rec["original"], rec["at_loss"], rec["span"], strict=True):
@@ -377,11 +479,37 @@ def test_aime_qwen_grail_weights_reach_verls_loss(aime_grail):
             from_saliency += sum(1 for wt, code, a in zip(w, span, orig, strict=True)
                                  if code == 0 and wt not in (1.0, W_MAX) and a != 0)
             assert all(wt == W_MAX for wt, code in zip(w, span, strict=True) if code == 2)  # answer content
-    assert reached > 0, "no weight != 1 on a token with a non-zero advantage reached the loss"
-    assert from_saliency > 0, "no saliency-derived weight (before an answer) reached the loss"
-    assert any(rec["stats"]["reweighted_rate"] > 0 for rec in records)
-    for data in steps.values():
-        assert data["grail/w_mean"] > 0 and 0 < data["grail/answer_rate"] <= 1 and math.isfinite(data["grail/w_mean"])
-        assert 0 <= data["grail/w_max_share"] <= 1 and data["grail/span_s"] >= 0
-        assert 0 < data["grail/saliency_s"] < data["timing_s/update_actor"]
-        assert not any(key.startswith("actor/grail/") for key in data)
+    return reached, from_saliency
+
+
+def check_grail_metrics(data: dict) -> None:
+    assert data["grail/w_mean"] > 0 and 0 < data["grail/answer_rate"] <= 1 and math.isfinite(data["grail/w_mean"])
+    assert 0 <= data["grail/w_max_share"] <= 1 and data["grail/span_s"] >= 0
+    assert 0 < data["grail/saliency_s"] < data["timing_s/update_actor"]
+    assert not any(key.startswith("actor/grail/") for key in data)
+
+
+@pytest.fixture(scope="module")
+def aime_grail_resumed(aime_grail):
+    # the grail smoke's own command again, one step more: it resumes from the smoke's step-2 checkpoint
+    return Smoke(aime_grail.setup, "aime_qwen", "grail", launch="_resumed", SMOKE_BATCH="8", ROLLOUT_N="8",
+                 SMOKE_STEPS="3").run()
+
+
+def test_aime_qwen_grail_resumes_from_its_checkpoint_with_its_weights_at_the_loss(aime_grail_resumed):
+    """A GRAIL run resumed (`SMOKE_STEPS=3`, the same command): verl restores the step-2 checkpoint, the metrics of
+    steps 1-2 are kept, and step 3 runs with GRAIL's hooks in the new processes (its weights at verl's loss)."""
+    run = aime_grail_resumed
+    assert run.rc == 0, run.tail()
+    assert run.verdict()[-1] == "VERDICT: OK", "\n".join(run.verdict())
+    assert "steps done          3 of 3 (trainer exit 0)" in "\n".join(run.verdict())
+    assert "Resuming from" in run.out + run.err and "global_step_2" in run.out + run.err, run.tail()
+    assert "global_step_3 written" in run.line("checkpoint")
+    steps = run.steps()
+    assert sorted(steps) == [1, 2, 3]
+    lines = [json.loads(ln) for ln in (run.dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    assert [m["step"] for m in lines if "actor/pg_loss" in m["data"]] == [1, 2, 3]  # each step once
+    records = run.probe("grail.jsonl")  # this launch's: step 3's micro-batches
+    assert records, "GRAIL's loss wrapper did not run in the resumed trainer"
+    check_grail_records(records)
+    check_grail_metrics(steps[3])

@@ -19,9 +19,11 @@ registries (selected with `actor_rollout_ref.rollout.name=hf`):
   With verl's `actor_rollout_ref.rollout.full_determinism=true` the samples
   depend on nothing but the rollout `seed`, the weights and the prompts: each
   request is generated alone (no padding, no batch neighbours) under a torch
-  seed drawn from the seed, the weight version, the prompt's token ids and how
-  many requests of that prompt came before at this version (the n rollouts of
-  a prompt, in whatever order they arrive, are the same n samples).
+  seed drawn from the seed, the weights (the training step they are of, as
+  verl's weight sync names it; else their version), the prompt's token ids and
+  how many requests of that prompt came before with these weights (the n
+  rollouts of a prompt, in whatever order they arrive, are the same n samples;
+  a run resumed from a checkpoint samples what the uninterrupted run did).
 - `HFReplica`: verl's `RolloutReplica` for it (hybrid mode: one server per
   replica of trainer ranks); registered in `RolloutReplicaRegistry`.
 - `HFServerAdapter`: the `BaseRollout` that lives inside verl's actor worker;
@@ -110,9 +112,10 @@ class _Request:
     seed: int | None = None  # full determinism: the torch seed of this request's sampling
 
 
-def request_seed(seed: int, weight_version: int, prompt_ids: list[int], occurrence: int) -> int:
-    """A torch seed from the rollout seed, the weights' version, the prompt and its occurrence at that version."""
-    text = json.dumps([int(seed), int(weight_version), int(occurrence), prompt_ids])
+def request_seed(seed: int, weights: tuple[str, int], prompt_ids: list[int], occurrence: int) -> int:
+    """A torch seed from the rollout seed, the weights (("step", the training step they are of) or ("version", the
+    update count)), the prompt and its occurrence with these weights."""
+    text = json.dumps([int(seed), [weights[0], int(weights[1])], int(occurrence), prompt_ids])
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
@@ -166,6 +169,7 @@ class HFRolloutServer:
 
         self.weight_version = 0
         self.global_steps: int | None = None
+        self.weights_step: int | None = None  # the training step of the weights served (verl's weight sync)
         self.checksum = _state_checksum(self.model)
         self.num_requests = 0
         self._pending: dict[str, torch.Tensor] = {}
@@ -228,6 +232,7 @@ class HFRolloutServer:
         self._pending.clear()
         self._occurrences.clear()
         self.weight_version += 1
+        self.weights_step = global_steps
         if global_steps is not None:
             self.global_steps = global_steps
         self.checksum = _state_checksum(self.model)
@@ -294,7 +299,8 @@ class HFRolloutServer:
             return None
         occurrence = self._occurrences.get(tuple(prompt_ids), 0)
         self._occurrences[tuple(prompt_ids)] = occurrence + 1
-        return request_seed(self.config.seed, self.weight_version, prompt_ids, occurrence)
+        weights = ("version", self.weight_version) if self.weights_step is None else ("step", self.weights_step)
+        return request_seed(self.config.seed, weights, prompt_ids, occurrence)
 
     async def _batch_loop(self, queue: asyncio.Queue) -> None:
         while True:
