@@ -17,7 +17,8 @@
 #                  step 1), the reward server started here unless REWARD_URL is set, then one verdict block
 #                  (python -m verl_bot.smoke): what a GPU user runs in the first ten minutes on a node; on a
 #                  machine without a GPU the same command runs on the CPU platform. Output: OUT_DIR=..._smoke.
-#                  SMOKE_STEPS=3 (more than 2): the same command resumes from that checkpoint and trains on.
+#                  SMOKE_STEPS=N: N steps instead of 2 (the last one checkpointed); the same command with a larger N
+#                  resumes from that checkpoint and trains on.
 #   PLATFORM=cpu, START_JUDGE=1: recipes/platform.sh (sourced by the recipe before its settings)
 #
 # Every pre-launch check that fails prints ONE line starting with "recipe:" and exits 2 (DRY_RUN: missing
@@ -34,8 +35,8 @@ if [[ "${SMOKE}" == 1 ]]; then
     SMOKE_BATCH=${SMOKE_BATCH:-4}          # prompts per step (ALGO=reco: 4 mini-batches of one prompt)
     SMOKE_VAL_SAMPLES=${SMOKE_VAL_SAMPLES:-4}
     TRAIN_BATCH_SIZE=${SMOKE_BATCH}
-    TOTAL_STEPS=${SMOKE_STEPS:-2}          # more than 2 again: resumes from the step-2 checkpoint (a long run's)
-    SAVE_FREQ=2                            # the checkpoint a long run writes, written once
+    TOTAL_STEPS=${SMOKE_STEPS:-2}          # again with more: resumes from the last step's checkpoint
+    SAVE_FREQ=2                            # the checkpoint a long run writes (verl also saves the last step)
     TEST_FREQ=2                            # validation before the first step and after the last
     REPORT_STEPS=${REPORT_STEPS:-1}        # the token records of step 1: did dense rewards reach the estimator
     [[ -n "${REWARD_URL}" ]] || START_SERVER=1

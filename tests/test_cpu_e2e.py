@@ -201,6 +201,8 @@ def workdir(tmp_path_factory, tiny_model_dir) -> Path:
     # the rest by toy_lint's: no failure in a whole run has odds 3e-5 (with every other prompt: 1% of the runs)
     sources = (["toy_lint"] + ["toy_flaky"] * 7) * 4
     df.assign(data_source=sources).to_parquet(root / "train_flaky.parquet")
+    # in order (data.shuffle=False, 4 prompts a step): step 1 toy_lint, step 2 a data source of a reward server
+    df.iloc[:8].assign(data_source=["toy_lint"] * 4 + ["toy_remote"] * 4).to_parquet(root / "train_remote.parquet")
     (root / "probe").mkdir()
     (root / "probe" / "vb_probe.py").write_text(PROBE)
     return root
@@ -434,24 +436,6 @@ def test_grpo_with_the_bot_manager_gets_one_reward_per_response_and_ctrl_c_leave
     assert data["critic/score/mean"] == pytest.approx(data["reward/score/mean"], abs=1e-5)  # G, not G * L
 
 
-def test_pure_two_steps_on_cpu(workdir):
-    """2 steps with `pure`: the reward streams travel through TransferQueue to the estimator in verl's trainer."""
-    run = Run(workdir, "pure", ["algorithm.adv_estimator=pure", "reward.reward_manager.name=bot"])
-    calls = [c for c in run.finish().records() if "estimator" in c]
-    assert len(calls) == 2 and all(c["estimator"] == "pure" for c in calls), calls
-    for call in calls:
-        rows = call["rows"]
-        assert len(rows) == 16
-        assert all(r["step_ends"] >= 1 for r in rows if r["length"]), rows  # at least the last token
-        assert all(r["outcome_sum"] in (0.0, 1.0) and r["outcome_padding"] == 0 for r in rows), rows
-        assert any(r["local_nonzero"] > 0 for r in rows), rows
-        assert any(r["adv_nonzero"] > 0 for r in rows), rows
-    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
-    steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
-    assert sorted(steps) == [1, 2], metrics
-    assert all(0.0 <= data["reward/solved/mean"] <= 1.0 for data in steps.values())
-
-
 def _wait_for_step(run: Run, step: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -635,19 +619,26 @@ def test_misconfiguration_stops_verls_trainer_before_ray_with_the_message_last(w
     assert "Started a local Ray instance" not in out  # refused before Ray (and before any model loads)
 
 
-def test_a_reward_server_refusing_our_credentials_stops_the_run_before_the_first_update(workdir):
-    """A configuration error that only shows when a rollout is scored: a real reward server that comes up after the
-    start-up checks (which would refuse it at once: tests/test_run_safety.py) and answers HTTP 401. The reward path
-    marks it, the replay buffer stops the run before any update, the message is the last line."""
+def test_pure_on_cpu_then_a_server_refusing_our_credentials_stops_the_run_before_its_update(workdir):
+    """One trainer start, two checks, `pure` on the bot manager's streams, 4 prompts a step in order.
+
+    Step 1 (toy_lint): the reward streams travel through TransferQueue to the `pure` estimator in verl's trainer.
+    Step 2's prompts are of a data source scored by a real reward server that came up after the start-up checks
+    (which would refuse it at once: tests/test_run_safety.py) and answers HTTP 401 (a token rotated mid-run): a
+    configuration error that only shows when a rollout is scored. The reward path marks it, the replay buffer stops
+    the run before step 2's update, the message is the last line."""
     port = free_port()
     run = Run(
         workdir,
-        "refused",
+        "pure_refused",
         [
-            "algorithm.adv_estimator=bot",
+            "algorithm.adv_estimator=pure",
             "reward.reward_manager.name=bot",
-            f"+reward.reward_kwargs.bot.scorers.toy_lint=http://127.0.0.1:{port}",
+            f"data.train_files={workdir / 'train_remote.parquet'}",
+            "data.shuffle=False",
+            f"+reward.reward_kwargs.bot.scorers.toy_remote=http://127.0.0.1:{port}",
         ],
+        steps=2,
     )
     run.env.pop("REWARD_SERVER_TOKEN", None)
     server = None
@@ -663,16 +654,31 @@ def test_a_reward_server_refusing_our_credentials_stops_the_run_before_the_first
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        rc = run.wait(timeout=300)
+        rc = run.wait(timeout=400)
         out = run.output()
     finally:
         run.cleanup()
         if server is not None:
             server.terminate()
             server.wait(30)
+
+    # step 1: `pure` got the streams, its advantages are not all 0, verl logged the step
+    calls = [c for c in run.records() if "estimator" in c]
+    assert len(calls) == 1 and calls[0]["estimator"] == "pure", calls
+    rows = calls[0]["rows"]
+    assert len(rows) == 16
+    assert all(r["step_ends"] >= 1 for r in rows if r["length"]), rows  # at least the last token
+    assert all(r["outcome_sum"] in (0.0, 1.0) and r["outcome_padding"] == 0 for r in rows), rows
+    assert any(r["local_nonzero"] > 0 for r in rows), rows
+    assert any(r["adv_nonzero"] > 0 for r in rows), rows
+    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
+    assert sorted(steps) == [1], metrics  # step 2 was stopped before its update
+    assert 0.0 <= steps[1]["reward/solved/mean"] <= 1.0
+
+    # step 2: the refusal, as the run's last line
     assert rc != 0, out[-3000:]
     last = _last_line(out)
     assert last.startswith("verl-bot: run stopped: VerlBotConfigError: "), out[-3000:]
     assert "answered HTTP 401 (credentials refused)" in last and "REWARD_SERVER_TOKEN" in last, last
-    assert not run.metrics.exists() or "actor/pg_loss" not in run.metrics.read_text()  # no update ran
     print(f"refused run stopped after {time.monotonic() - t0:.0f} s")

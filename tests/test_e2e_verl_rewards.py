@@ -1,15 +1,18 @@
 """A verl user's setup switched to BoT-GRPO, through verl 0.9.1's real trainer on the CPU backend.
 
-(a) GSM8K in the layout of verl's own preprocessing (`examples/data_preprocess/gsm8k.py`: data_source
-    "openai/gsm8k", chat `prompt`, `reward_model.ground_truth`), scored by verl's `default_compute_score`; the
-    verl command gets nothing but `algorithm.adv_estimator=bot reward.reward_manager.name=bot`;
-(b) the same command with a `reward.custom_reward_function` file whose dict carries a local span.
+GSM8K in the layout of verl's own preprocessing (`examples/data_preprocess/gsm8k.py`: data_source "openai/gsm8k",
+chat `prompt`, `reward_model.ground_truth`), scored by verl's `default_compute_score`; the verl command gets nothing
+but `algorithm.adv_estimator=bot reward.reward_manager.name=bot`.
 
 Two probes, loaded by verl through `VERL_USE_EXTERNAL_MODULES` (tests/test_cpu_e2e.py): one wraps the `bot`
 manager's `run_single` in the reward-loop worker and records each response's ids, its decoded text (as verl's
 own managers decode it), the ground truth and what the manager returned; the other records the
-`token_level_rewards` the `bot` estimator receives. Two runs (verl uses either the custom function or its
-default, never both), 2 steps each; about 4 minutes on 2 idle cores.
+`token_level_rewards` the `bot` estimator receives. One run, 2 steps.
+
+A `reward.custom_reward_function` whose dict carries a local span takes the same way through the trainer (dense
+rewards into the estimator: tests/test_e2e_resume.py); that verl's reward loop hands the manager the user's
+function, with its `reward_kwargs`, and that its G, parts and span come out as token rewards:
+tests/test_verl_scorer.py, through verl's own `RewardLoopWorker`.
 
     .venv/bin/python -m pytest -q tests/test_e2e_verl_rewards.py
 """
@@ -55,17 +58,6 @@ async def _recorded_run_single(self, data):
     return out
 
 _manager.BoTRewardManager.run_single = _recorded_run_single
-'''
-
-CUSTOM_FN = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, penalty=-1.0):
-    """G: share of the response's characters that occur in the ground truth; S: `penalty` on its first 3."""
-    hits = sum(ch in ground_truth for ch in solution_str)
-    return {
-        "score": hits / max(len(solution_str), 1),
-        "hits": hits,
-        "local": [{"start": 0, "end": 3, "value": penalty}],
-    }
 '''
 
 QUESTIONS = [  # half of the answers are 7: the model below answers "#### 7" to anything
@@ -130,19 +122,6 @@ def gsm8k_rows() -> list[dict]:
     return rows
 
 
-def custom_rows() -> list[dict]:
-    return [
-        {
-            "data_source": "my_task",
-            "prompt": [{"role": "user", "content": f"Write something about {word}"}],
-            "ability": "text",
-            "reward_model": {"style": "rule", "ground_truth": "aeiou " + word},
-            "extra_info": {"split": "train", "index": i},
-        }
-        for i, word in enumerate(["good", "bad", "ok", "fine", "great", "yes", "no", "poor"] * 2)
-    ]
-
-
 def workdir_for(root: Path, model_dir: Path, rows: list[dict]) -> Path:
     """What `Run` expects: model, train/val parquet, the probe module."""
     root.mkdir(parents=True, exist_ok=True)
@@ -196,37 +175,3 @@ def test_gsm8k_of_verls_preprocessing_with_only_the_two_overrides(tmp_path, tiny
     assert_rewards_reached_the_estimator(records, calls)
     assert [data["reward/score/mean"] for data in steps] == pytest.approx([np.mean(scores[:16]), np.mean(scores[16:])])
     assert all(data["reward/scorer_failed/mean"] == 0.0 for data in steps)
-
-
-def test_custom_reward_function_with_a_local_span(tmp_path, tiny_model_dir, tokenizer):
-    """G and parts from the user's dict; its local span is S on the tokens of the first 3 characters."""
-    from verl.utils.import_utils import load_extern_object
-
-    from verl_bot.rewards.spans import char_values, token_char_spans, token_local_values
-
-    workdir = workdir_for(tmp_path / "custom", tiny_model_dir, custom_rows())
-    fn_file = workdir / "my_reward.py"
-    fn_file.write_text(CUSTOM_FN)
-    custom = [
-        f"reward.custom_reward_function.path={fn_file}",
-        "reward.custom_reward_function.name=compute_score",
-        "+reward.custom_reward_function.reward_kwargs.penalty=-0.5",
-    ]
-    records, calls, steps = train(workdir, "custom", [*custom, *BOT])
-    assert len(records) == 32
-    compute_score = load_extern_object(str(fn_file), "compute_score")
-    for r in records:
-        expected = compute_score("my_task", r["text"], r["ground_truth"], penalty=-0.5)
-        assert r["extra"]["score"] == pytest.approx(expected["score"]), r
-        assert r["extra"]["hits"] == expected["hits"], r
-        text, spans = token_char_spans(tokenizer, r["ids"])
-        assert text == r["text"]
-        s = token_local_values(spans, char_values(len(text), expected["local"]))
-        np.testing.assert_allclose(r["reward_score"], expected["score"] + s, atol=1e-9)
-    # the span made rewards vary within responses, and that reached the estimator
-    assert any(len(set(r["reward_score"])) >= 2 for r in records), records
-    assert_rewards_reached_the_estimator(records, calls)
-    assert any(row["distinct"] >= 2 for call in calls for row in call["rows"])
-    for data in steps:
-        assert data["reward/scorer_failed/mean"] == 0.0
-        assert data["reward/hits/mean"] >= 0.0

@@ -6,8 +6,8 @@ the recipe's own composed overrides (only sizes, the platform and the model chan
 the recipe (the React server with real esbuild, ESLint and Chromium; the math server), and a judge that is a real
 `vllm serve` of a tiny local model on loopback (one for the module): it answers at random, and the reward servers
 must turn whatever it says into verdicts and flags; in the React and AIME `bot` runs it stops answering during step 2
-and comes back (`JudgeOutage`). The GRAIL run is launched again with `SMOKE_STEPS=3` and resumes from its step-2
-checkpoint. The models are the tiny local ones the recipes build, made
+and comes back (`JudgeOutage`). The GRAIL run is a 1-step smoke (`SMOKE_STEPS=1`), launched again with
+`SMOKE_STEPS=2`: it resumes from its step-1 checkpoint. The models are the tiny local ones the recipes build, made
 here once: the React one warm-started to write a ```tsx component, the AIME one on toy_math problems in the AIME
 prompt's wording (recipes/data/aime_cpu.jsonl). A probe module (loaded by verl in every process through
 `VERL_USE_EXTERNAL_MODULES`) records what the GRPO-VPS estimator and agent loop and GRAIL's loss see.
@@ -296,16 +296,18 @@ def check_dense(run: Smoke) -> None:
     assert n >= 8 and dense >= n / 2, run.line("dense token rewards")
 
 
-def check_common(run: Smoke, judge: str | None) -> dict[int, dict]:
-    """What every smoke run must show: OK verdict, verl's vLLM rollout, 2 steps, synced weights, a checkpoint."""
+def check_common(run: Smoke, judge: str | None, steps: int = 2) -> dict[int, dict]:
+    """What every smoke run must show: OK verdict, verl's vLLM rollout, its steps (2 unless SMOKE_STEPS), synced
+    weights, a checkpoint of the last step."""
     assert run.rc == 0, run.tail()
     verdict = "\n".join(run.verdict())
     assert run.verdict()[-1] == "VERDICT: OK", verdict
     assert re.search(r"rollout engine\s+vllm 0\.27\.1 \(CPU build\), verl's vLLM rollout", verdict), verdict
-    assert "steps done          2 of 2 (trainer exit 0)" in verdict
-    assert "global_step_2 written" in run.line("checkpoint")
-    steps = run.steps()
-    assert sorted(steps) == [1, 2]
+    assert f"steps done          {steps} of {steps} (trainer exit 0)" in verdict
+    assert f"global_step_{steps} written" in run.line("checkpoint")
+    logged = run.steps()
+    assert sorted(logged) == list(range(1, steps + 1))
+    steps = logged
     for data in steps.values():
         # the rollout's token probabilities are the trainer's after every weight sync, while the actor trains
         assert data["training/rollout_probs_diff_max"] < 1e-3, data["training/rollout_probs_diff_max"]
@@ -447,15 +449,24 @@ def test_aime_qwen_vps_probe_logprobs_equal_the_trainers_weights(aime_vps):
 @pytest.fixture(scope="module")
 def aime_grail(setup):
     # GRAIL scores answers only and the tiny model solves ~1 in 15: 8 groups of 8 a step make groups with both
-    # outcomes (the only ones with advantages) all but certain, where 4 of 4 leave a step all tied one time in 3
-    return Smoke(setup, "aime_qwen", "grail", SMOKE_BATCH="8", ROLLOUT_N="8").run()
+    # outcomes (the only ones with advantages) all but certain, where 4 of 4 leave a step all tied one time in 3.
+    # One step; the same command with SMOKE_STEPS=2 then resumes from its checkpoint (aime_grail_resumed)
+    return Smoke(setup, "aime_qwen", "grail", SMOKE_BATCH="8", ROLLOUT_N="8", SMOKE_STEPS="1").run()
 
 
-def test_aime_qwen_grail_weights_reach_verls_loss(aime_grail):
+@pytest.fixture(scope="module")
+def aime_grail_resumed(aime_grail):
+    return Smoke(aime_grail.setup, "aime_qwen", "grail", launch="_resumed", SMOKE_BATCH="8", ROLLOUT_N="8",
+                 SMOKE_STEPS="2").run()
+
+
+def test_aime_qwen_grail_weights_reach_verls_loss(aime_grail, aime_grail_resumed):
     """GRAIL's token weights reach verl's ppo_loss (advantages at the loss = advantages x weights) over several
-    micro-batches of the recipe's dynamic batching: w_max on answer content, saliency-derived weights before it."""
-    steps = check_common(aime_grail, judge=None)
-    records = aime_grail.probe("grail.jsonl")
+    micro-batches of the recipe's dynamic batching, in step 1 and in step 2 (its resumed launch): w_max on answer
+    content, saliency-derived weights before it."""
+    check_common(aime_grail, judge=None, steps=1)
+    steps = check_common(aime_grail_resumed, judge=None)
+    records = aime_grail.probe("grail.jsonl") + aime_grail_resumed.probe("grail.jsonl")
     assert len(records) >= 4, f"expected several actor micro-batches over 2 steps, got {len(records)}"
     reached, from_saliency = check_grail_records(records)
     assert reached > 0, "no weight != 1 on a token with a non-zero advantage reached the loss"
@@ -489,27 +500,14 @@ def check_grail_metrics(data: dict) -> None:
     assert not any(key.startswith("actor/grail/") for key in data)
 
 
-@pytest.fixture(scope="module")
-def aime_grail_resumed(aime_grail):
-    # the grail smoke's own command again, one step more: it resumes from the smoke's step-2 checkpoint
-    return Smoke(aime_grail.setup, "aime_qwen", "grail", launch="_resumed", SMOKE_BATCH="8", ROLLOUT_N="8",
-                 SMOKE_STEPS="3").run()
-
-
 def test_aime_qwen_grail_resumes_from_its_checkpoint_with_its_weights_at_the_loss(aime_grail_resumed):
-    """A GRAIL run resumed (`SMOKE_STEPS=3`, the same command): verl restores the step-2 checkpoint, the metrics of
-    steps 1-2 are kept, and step 3 runs with GRAIL's hooks in the new processes (its weights at verl's loss)."""
+    """A GRAIL run resumed (`SMOKE_STEPS=2`, the same command after a 1-step smoke): verl restores the step-1
+    checkpoint, the metrics of step 1 are kept, and step 2 runs with GRAIL's hooks in the new processes (its
+    weights at verl's loss)."""
     run = aime_grail_resumed
-    assert run.rc == 0, run.tail()
-    assert run.verdict()[-1] == "VERDICT: OK", "\n".join(run.verdict())
-    assert "steps done          3 of 3 (trainer exit 0)" in "\n".join(run.verdict())
-    assert "Resuming from" in run.out + run.err and "global_step_2" in run.out + run.err, run.tail()
-    assert "global_step_3 written" in run.line("checkpoint")
-    steps = run.steps()
-    assert sorted(steps) == [1, 2, 3]
+    assert "Resuming from" in run.out + run.err and "global_step_1" in run.out + run.err, run.tail()
     lines = [json.loads(ln) for ln in (run.dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
-    assert [m["step"] for m in lines if "actor/pg_loss" in m["data"]] == [1, 2, 3]  # each step once
-    records = run.probe("grail.jsonl")  # this launch's: step 3's micro-batches
+    assert [m["step"] for m in lines if "actor/pg_loss" in m["data"]] == [1, 2]  # each step once
+    records = run.probe("grail.jsonl")  # this launch's: step 2's micro-batches
     assert records, "GRAIL's loss wrapper did not run in the resumed trainer"
     check_grail_records(records)
-    check_grail_metrics(steps[3])
