@@ -296,15 +296,19 @@ def check_dense(run: Smoke) -> None:
     assert n >= 8 and dense >= n / 2, run.line("dense token rewards")
 
 
-def check_common(run: Smoke, judge: str | None, steps: int = 2) -> dict[int, dict]:
-    """What every smoke run must show: OK verdict, verl's vLLM rollout, its steps (2 unless SMOKE_STEPS), synced
-    weights, a checkpoint of the last step."""
+def check_verdict(run: Smoke, steps: int = 2) -> None:
+    """The smoke's own verdict: OK, verl's vLLM rollout, its steps (2 unless SMOKE_STEPS), the last one saved."""
     assert run.rc == 0, run.tail()
     verdict = "\n".join(run.verdict())
     assert run.verdict()[-1] == "VERDICT: OK", verdict
     assert re.search(r"rollout engine\s+vllm 0\.27\.1 \(CPU build\), verl's vLLM rollout", verdict), verdict
     assert f"steps done          {steps} of {steps} (trainer exit 0)" in verdict
     assert f"global_step_{steps} written" in run.line("checkpoint")
+
+
+def check_common(run: Smoke, judge: str | None, steps: int = 2) -> dict[int, dict]:
+    """What every smoke run must show: `check_verdict`, every step logged once, synced weights, training."""
+    check_verdict(run, steps)
     logged = run.steps()
     assert sorted(logged) == list(range(1, steps + 1))
     steps = logged
@@ -464,7 +468,7 @@ def test_aime_qwen_grail_weights_reach_verls_loss(aime_grail, aime_grail_resumed
     """GRAIL's token weights reach verl's ppo_loss (advantages at the loss = advantages x weights) over several
     micro-batches of the recipe's dynamic batching, in step 1 and in step 2 (its resumed launch): w_max on answer
     content, saliency-derived weights before it."""
-    check_common(aime_grail, judge=None, steps=1)
+    check_verdict(aime_grail, steps=1)  # its metrics file is the resumed launch's now
     steps = check_common(aime_grail_resumed, judge=None)
     records = aime_grail.probe("grail.jsonl") + aime_grail_resumed.probe("grail.jsonl")
     assert len(records) >= 4, f"expected several actor micro-batches over 2 steps, got {len(records)}"
