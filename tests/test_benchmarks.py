@@ -93,3 +93,13 @@ def test_the_soak_report_gives_each_process_its_growth_and_slope_after_the_warm_
     assert grows and len(lines) == 2
     assert lines[0].startswith("ray::TaskRunner (pid 1)") and "+4.00 %" in lines[0] and "+4.00 MiB/100" in lines[0]
     assert lines[0].endswith("flat") and lines[1].endswith("GROWS") and "+6.00 %" in lines[1]
+
+
+def test_react_step_benchmark_answers_every_item_once_with_hostile_items_in_flight():
+    # one of each hostile kind (infinite loop, memory hog, 200k-node DOM) among 6 items, all in flight at once
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "react_step.py"), "--items", "6", "--hostile-share", "0.5",
+           "--warmup", "0", "--render-timeout-s", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "6/6 ids answered, 0 lost, 0 duplicated" in proc.stdout
+    assert "memory_hog" in proc.stdout and "dom_200k" in proc.stdout and "cores" in proc.stdout
