@@ -103,7 +103,7 @@ VARIANTS = {
     "pure_scale1": Variant(
         "pure", env={"PURE_STEP_SCALE": "1.0"}, tasks=("toy_math",), what="PURE, step scale 1 (`pure`: AIME's 10)"
     ),
-    "pass": Variant("pass", what="PASS (reconstructed; runs of 2026-11-30, before its process std floor 1e-3)"),
+    "pass": Variant("pass", what="PASS (reconstructed; process std floor 1e-3, re-run 2026-12-02)"),
     "reco": Variant("reco", what="ReCo (reconstructed; occurrence `count_model`), 4 PPO mini-batches per step"),
     "grpo_mb4": Variant("grpo", env={"MINI_BATCHES": "4"}, what="GRPO with reco's 4 mini-batches per step"),
     "vps": Variant("vps", what="GRPO-VPS (reconstructed; z-score std floor 0.05)", tasks=("toy_math",)),
