@@ -39,6 +39,7 @@ import pytest
 import torch
 
 from tests.conftest import free_port
+from tests.test_outages import kill, reward_server
 from verl_bot.cpu import overrides
 
 pytestmark = pytest.mark.timeout(900)
@@ -203,6 +204,10 @@ def workdir(tmp_path_factory, tiny_model_dir) -> Path:
     df.assign(data_source=sources).to_parquet(root / "train_flaky.parquet")
     # in order (data.shuffle=False, 4 prompts a step): step 1 toy_lint, step 2 a data source of a reward server
     df.iloc[:8].assign(data_source=["toy_lint"] * 4 + ["toy_remote"] * 4).to_parquet(root / "train_remote.parquet")
+    # in order (4 prompts a step): every step two toy_lint prompts and two of a math server's (answer 7)
+    remote = [{"data_source": "toy_remote", "reward_model": {"style": "rule", "ground_truth": "7"}}, {}]
+    pd.DataFrame([{**row, "reward_model": {"style": "rule", "ground_truth": None}, **remote[i % 2]}
+                  for i, row in enumerate(rows)]).to_parquet(root / "train_restart.parquet")
     (root / "probe").mkdir()
     (root / "probe" / "vb_probe.py").write_text(PROBE)
     return root
@@ -383,16 +388,36 @@ class Run:
 
 
 # -------------------------------------------------------------------------------------------- tests
-def test_grpo_with_the_bot_manager_gets_one_reward_per_response_and_ctrl_c_leaves_no_ray_processes(workdir):
-    """A verl user who switches the reward manager to `bot` and keeps `algorithm.adv_estimator=grpo` (token_level
-    unset): each response's reward reaches verl's GRPO as one scalar on its last token, G, and the advantages are
-    verl's GRPO of those; with dense rewards GRPO would sum G over the tokens (L * G: longer answers would win).
-    The same trainer start (one start shared by two checks): Ctrl-C (SIGINT to the trainer) while it trains step 2,
-    it exits and none of its Ray processes stays behind."""
-    run = Run(workdir, "grpo_bot", ["algorithm.adv_estimator=grpo", "reward.reward_manager.name=bot"], steps=50)
+def test_grpo_with_the_bot_manager_a_reward_server_restarted_mid_run_and_ctrl_c(workdir):
+    """One trainer start, three checks, verl's GRPO with the `bot` manager (token_level unset).
+
+    One reward per response: each response's reward reaches verl's GRPO as one scalar on its last token, G, and the
+    advantages are verl's GRPO of those; with dense rewards GRPO would sum G over the tokens (L * G: longer answers
+    would win).
+    A reward server restarted mid-run: half of each step's prompts are scored by the real math server, which is
+    SIGKILLed once step 1 is logged and started again on its port once a step's advantages show rollouts it could
+    not score. Those are flagged (`reward/scorer_failed/mean`), take no part in their groups and earn advantage 0
+    (whole groups: a prompt's rollouts are scored together) while the others get GRPO's; the run goes on, and the
+    steps after the server is back are scored in full.
+    Ctrl-C (SIGINT to the trainer) while it trains the step after those: it exits and none of its Ray processes
+    stays behind."""
+    port = free_port()
+    server = reward_server("math", port)
+    run = Run(workdir, "grpo_bot", ["algorithm.adv_estimator=grpo", "reward.reward_manager.name=bot",
+                                    f"data.train_files={workdir / 'train_restart.parquet'}", "data.shuffle=False",
+                                    f"+reward.reward_kwargs.bot.scorers.toy_remote=http://127.0.0.1:{port}"],
+              steps=50)
     run.start()
     try:
         _wait_for_step(run, 1, timeout=400)
+        kill(server)
+        deadline = time.monotonic() + 300
+        while not any(r["failed"] for record in advantage_records(run) for r in record["rows"]):
+            assert run.proc.poll() is None and time.monotonic() < deadline, run.output(4000)
+            time.sleep(0.2)
+        server = reward_server("math", port)  # returns once its /health answers
+        back = last_logged_step(run)  # the steps after the next one start with the server up
+        _wait_for_step(run, back + 2, timeout=300)
         assert len(_marked_pids(run.mark)) > 3  # the trainer and its Ray processes, found by our tag
         run.proc.send_signal(signal.SIGINT)
         try:
@@ -414,13 +439,31 @@ def test_grpo_with_the_bot_manager_gets_one_reward_per_response_and_ctrl_c_leave
         assert not left, "Ray processes left behind after SIGINT:\n" + "\n".join(details)
     finally:
         run.cleanup()
+        kill(server)
 
-    # step 1 (complete before the SIGINT; step 2's records may be cut short by it)
-    lines = run.probe.read_text().splitlines()
-    step = json.loads(next(ln for ln in lines if '"step": "advantage"' in ln))
-    assert step["mask_dtype"] == "torch.int64", step["mask_dtype"]
-    rows = step["rows"]
-    assert len(rows) == 16
+    # the steps logged before the SIGINT (a later step's records may be cut short by it)
+    records = advantage_records(run)[: back + 2]
+    assert records[0]["mask_dtype"] == "torch.int64", records[0]["mask_dtype"]
+    assert not any(r["failed"] for r in records[0]["rows"])
+    for record in records:
+        failed = [r for r in record["rows"] if r["failed"]]
+        assert len(failed) in (0, 4, 8), record["rows"]  # the server's prompts' groups (2 a step) as a whole
+        assert all(a == 0 for r in failed for a in r["advantages"]), failed
+        assert {r["uid"] for r in failed}.isdisjoint(r["uid"] for r in record["rows"] if not r["failed"])
+        check_grpo_of_scalars([r for r in record["rows"] if not r["failed"]])
+    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
+    assert steps[1]["critic/score/mean"] == pytest.approx(steps[1]["reward/score/mean"], abs=1e-5)  # G, not G * L
+    failed_share = {step: data["reward/scorer_failed/mean"] for step, data in steps.items()}
+    for step, record in enumerate(records, start=1):  # the metric counts the flagged rollouts
+        assert failed_share[step] == sum(r["failed"] for r in record["rows"]) / 16, (step, failed_share)
+    assert failed_share[1] == 0 and max(failed_share.values()) > 0, failed_share
+    assert failed_share[back + 2] == 0, failed_share  # the server is back: its rollouts are scored again
+
+
+def check_grpo_of_scalars(rows: list[dict]) -> None:
+    """Each row's reward is one scalar on its last token, the scores differ, and each row's advantages are verl's
+    GRPO of its group's scores (the sample std, eps 1e-6) on every token."""
     for r in rows:
         assert all(x == 0 for x in r["rewards"][:-1]), r  # one scalar, on the last token
     scores = torch.tensor([r["rewards"][-1] for r in rows])
@@ -431,9 +474,25 @@ def test_grpo_with_the_bot_manager_gets_one_reward_per_response_and_ctrl_c_leave
         z = (group - group.mean()) / (group.std() + 1e-6)  # verl's GRPO: the sample std
         for i, expected in zip(members, z.tolist(), strict=True):
             assert rows[i]["advantages"] == pytest.approx([expected] * len(rows[i]["rewards"]), abs=1e-5), rows[i]
-    metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if '"step":1,' in ln]
-    data = next(m["data"] for m in metrics if "actor/pg_loss" in m["data"])
-    assert data["critic/score/mean"] == pytest.approx(data["reward/score/mean"], abs=1e-5)  # G, not G * L
+
+
+def advantage_records(run: Run) -> list[dict]:
+    """The probe's records of verl's advantage step so far, one a step (a line still being written is left out)."""
+    records = []
+    for line in run.probe.read_text().splitlines() if run.probe.exists() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("step") == "advantage":
+            records.append(record)
+    return records
+
+
+def last_logged_step(run: Run) -> int:
+    """The last step in the run's metrics file (0 before the first)."""
+    steps = [json.loads(ln)["step"] for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    return max(steps, default=0)
 
 
 def _wait_for_step(run: Run, step: int, timeout: float) -> None:
