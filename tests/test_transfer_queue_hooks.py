@@ -7,7 +7,9 @@ tags); then verl 0.9.1's own `ReplayBuffer` classifies them:
   the continuous `score` keeps almost every group (issue: DAPO filtered on the score and dropped nothing);
 - a trajectory carrying verl-bot's fatal marker stops sampling with the marker's message (the buffer of a
   verl-bot run); verl's own buffer classes are untouched and sample trajectories without `extra_fields`;
-- the hooks' row readers see each row's extra_fields and data_source in batch order, and padding tags.
+- the hooks' row readers see each row's extra_fields and data_source in batch order, and padding tags;
+- with `rollout.full_determinism` an armed buffer gives a batch its rows in the order the prompts were put, each
+  group's by session, where verl's follows the order the rollouts finished.
 """
 
 import tempfile
@@ -19,7 +21,7 @@ from omegaconf import OmegaConf
 from tests.conftest import compose_verl_config
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks.compute_advantage import failed_mask, fetch_rows, padding_mask
-from verl_bot.hooks.replay_buffer import arm
+from verl_bot.hooks.replay_buffer import arm, in_put_order
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +130,42 @@ def test_row_readers_follow_the_batch_order(tq):
     padding = padding_mask(batch)
     assert padding.tolist() == [False, False, True]
     assert failed_mask(rows, padding).tolist() == [True, False, False]
+
+
+def test_in_put_order_sorts_by_prompt_position_then_session_and_index():
+    snapshot = {key: {"n": i} for i, key in enumerate(
+        ["b_1_0", "a_0_1", "zz_0_0", "b_0_0", "a_10_0", "a_2_0", "a_0_0", "b_verl_bot_engine_failure"])}
+    ordered = in_put_order(snapshot, ["b", "a"])  # "zz": a prompt it does not know, last
+    assert list(ordered) == ["b_verl_bot_engine_failure", "b_0_0", "b_1_0", "a_0_0", "a_0_1", "a_2_0", "a_10_0",
+                             "zz_0_0"]
+    assert all(ordered[key] is snapshot[key] for key in snapshot)  # the same tags, only the order
+    # within a group by the response's tokens first (which session drew which sample is the arrival order's)
+    responses = {"a_0_0": (5, 1), "a_0_1": (4, 9, 9), "a_2_0": (5, 0), "a_10_0": (4, 9)}
+    ordered = in_put_order(snapshot, ["b", "a"], responses)
+    assert [k for k in ordered if k.startswith("a_")] == ["a_10_0", "a_0_1", "a_2_0", "a_0_0"]
+
+
+def test_with_full_determinism_a_batch_has_its_rows_in_put_order_not_as_they_finished(tq):
+    """Three prompts put in the order z, a, m (as the trainer puts a step's prompts: the dataloader's), their
+    rollouts finished in another order: the armed, ordered buffer's batch is z's rollouts by their responses' tokens,
+    then a's, then m's; verl's own (and an armed buffer without full_determinism) keeps the order they finished in."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    uids = ["ordz", "orda", "ordm"]
+    finished = ["orda_1_0", "ordm_0_0", "ordz_1_0", "orda_0_0", "ordz_0_0", "ordm_1_0"]
+    for key in finished:  # one at a time, as they finish; session 1 drew the smaller tokens
+        response = torch.tensor([1, 2, 3]) if "_1_" in key else torch.tensor([1, 5, 3])
+        fields = list_of_dict_to_tensordict([{"responses": response, "data_source": "toy"}])
+        tag = {"status": "success", "global_steps": 0, "min_global_steps": 0, "max_global_steps": 0}
+        tq.kv_batch_put(keys=[key], fields=fields, tags=[tag], partition_id="order")
+    expected = ["ordz_1_0", "ordz_0_0", "orda_1_0", "orda_0_0", "ordm_1_0", "ordm_0_0"]
+    for buffer, keys in ((arm(replay_buffer(None), ordered=True), expected), (replay_buffer(None), finished),
+                         (arm(replay_buffer(None)), finished)):
+        for uid in uids:  # a batch takes its prompts' keys out of TransferQueue: put for each buffer
+            tq.kv_put(key=uid, partition_id="order", tag={"is_prompt": True, "status": "finished", "global_steps": 0})
+        buffer._sync_metadata_from_transfer_queue()
+        sampleable = buffer._sampleable_terminal_keys("order", buffer._terminal_eviction_reasons(0, "order"))
+        selected, snapshot, _ = buffer._select_prompt_uids("order", sampleable, 3)
+        batch = buffer._materialize_batch("order", selected, snapshot)
+        assert batch.keys == keys
+    tq.kv_clear(partition_id="order", keys=finished)

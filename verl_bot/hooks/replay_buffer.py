@@ -21,11 +21,24 @@ grows with the number of steps.
 A group whose rollouts failed because the rollout engine is gone carries a
 marker entry instead (`verl_bot.hooks.rollout_failure`): its tag, which the
 buffer already holds, stops the run the same way, with the engine's error.
+
+With `actor_rollout_ref.rollout.full_determinism=true` the armed buffer also
+gives each batch its rows in one order: its prompts in the order the trainer put
+them (the dataloader's), each group's rollouts by their response tokens. verl
+0.9.1 orders the groups by a set of random uids (`uuid4`, `trainer_base.py:1476`;
+`sorted` over a set, `replay_buffer.py:388`) and a group's rows as they finished
+(`_materialize_batch` follows TransferQueue's metadata), and which session of a
+group gets which sample depends on the order its requests reach the rollout
+(verl's agent loop names no session to it), so two runs of one seed summed the
+same rows' losses in other orders (float32: weights ~1e-5 apart after two
+steps); in one order they are bit-equal, and a resumed run is bit-equal to one
+never stopped. It costs one TransferQueue read of the batch's response ids.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from typing import Any
 
 from verl_bot.errors import FATAL_KEY, RolloutEngineError, VerlBotConfigError
@@ -35,6 +48,7 @@ from verl_bot.usage import in_use
 
 SEEN_ATTR = "_verl_bot_checked_uids"
 CHECK = "_terminal_eviction_reasons"
+ORDER = "_materialize_batch"
 
 
 def first_fatal(extra_fields: list) -> tuple[int, str | None]:
@@ -81,9 +95,38 @@ def check_finished_groups(buffer: Any, partition_id: str) -> None:
         )
 
 
-def arm(buffer: Any) -> Any:
+def in_put_order(snapshot: dict[str, Any], prompt_order: Iterable[str],
+                 responses: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+    """`snapshot` (trajectory key `{uid}_{session_id}_{index}` -> tag) ordered by its prompt's position in
+    `prompt_order`, then by its response's token ids (`responses`, when given), then session and index (a key of an
+    unknown prompt goes last, by its text)."""
+    position = {uid: i for i, uid in enumerate(prompt_order)}
+    responses = responses or {}
+
+    def rank(key: str) -> tuple:
+        uid, *rest = key.split("_")
+        ids = responses.get(key, ())
+        return position.get(uid, len(position)), ids, [int(p) if p.isdigit() else -1 for p in rest], key
+
+    return {key: snapshot[key] for key in sorted(snapshot, key=rank)}
+
+
+def response_ids(partition_id: str, keys: list[str]) -> dict[str, tuple[int, ...]]:
+    """Each trajectory's response token ids (as TransferQueue holds them, padding included), by key."""
+    import transfer_queue as tq
+
+    keys = [key for key in keys if not key.endswith(MARKER_SUFFIX)]
+    if not keys:
+        return {}
+    column = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["responses"])["responses"]
+    rows = column.unbind() if getattr(column, "is_nested", False) else list(column)
+    return {key: tuple(row.tolist()) for key, row in zip(keys, rows, strict=True)}
+
+
+def arm(buffer: Any, ordered: bool = False) -> Any:
     """Make `buffer`'s (this object's only) `_terminal_eviction_reasons` check for fatal markers first (a custom
-    sampler without that method is left as it is: it is not checked)."""
+    sampler without that method is left as it is: it is not checked); `ordered`: its batches' rows in put order
+    (`in_put_order`)."""
     original = getattr(buffer, CHECK, None)
     if original is None:
         return buffer
@@ -94,6 +137,18 @@ def arm(buffer: Any) -> Any:
         return original(global_steps, partition_id, *args, **kwargs)
 
     setattr(buffer, CHECK, _terminal_eviction_reasons)
+    materialize = getattr(buffer, ORDER, None)
+    if ordered and materialize is not None:
+
+        @functools.wraps(materialize)
+        def _materialize_batch(partition_id, selected_prompt_uids, partition_snapshot, *args, **kwargs):
+            selected = set(selected_prompt_uids)
+            keys = [key for key in partition_snapshot if key.split("_")[0] in selected]
+            snapshot = in_put_order(partition_snapshot, buffer.prompt_global_steps[partition_id],
+                                    response_ids(partition_id, keys))
+            return materialize(partition_id, selected_prompt_uids, snapshot, *args, **kwargs)
+
+        setattr(buffer, ORDER, _materialize_batch)
     return buffer
 
 
@@ -101,7 +156,9 @@ def _make_build_replay_buffer(original):
     @functools.wraps(original)
     def _build_replay_buffer(self, *args, **kwargs):
         buffer = original(self, *args, **kwargs)
-        return arm(buffer) if in_use(self.config) else buffer
+        if not in_use(self.config):
+            return buffer
+        return arm(buffer, ordered=bool(self.config.actor_rollout_ref.rollout.get("full_determinism", False)))
 
     return _build_replay_buffer
 
@@ -113,4 +170,6 @@ def install() -> list[str]:
     from verl_bot.compat import check_signature
 
     check_signature(original_of(ReplayBuffer, CHECK), ["self", "global_steps", "partition_id"], f"ReplayBuffer.{CHECK}")
+    check_signature(original_of(ReplayBuffer, ORDER), ["self", "partition_id", "selected_prompt_uids",
+                                                       "partition_snapshot"], f"ReplayBuffer.{ORDER}")
     return [wrap(PPOTrainer, "_build_replay_buffer", ["self"], _make_build_replay_buffer)]
