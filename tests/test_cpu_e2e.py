@@ -397,8 +397,9 @@ def test_grpo_with_the_bot_manager_a_reward_server_restarted_mid_run_and_ctrl_c(
     A reward server restarted mid-run: half of each step's prompts are scored by the real math server, which is
     SIGKILLed once step 1 is logged and started again on its port once a step's advantages show rollouts it could
     not score. Those are flagged (`reward/scorer_failed/mean`), take no part in their groups and earn advantage 0
-    (whole groups: a prompt's rollouts are scored together) while the others get GRPO's; the run goes on, and the
-    steps after the server is back are scored in full.
+    while the others get GRPO's over their group's scored rollouts (each rollout is scored as it finishes, so a
+    group may lose some of its rollouts; a lone survivor earns 0 too); the run goes on, and the steps after the
+    server is back are scored in full.
     Ctrl-C (SIGINT to the trainer) while it trains the step after those: it exits and none of its Ray processes
     stays behind."""
     port = free_port()
@@ -447,9 +448,8 @@ def test_grpo_with_the_bot_manager_a_reward_server_restarted_mid_run_and_ctrl_c(
     assert not any(r["failed"] for r in records[0]["rows"])
     for record in records:
         failed = [r for r in record["rows"] if r["failed"]]
-        assert len(failed) in (0, 4, 8), record["rows"]  # the server's prompts' groups (2 a step) as a whole
+        assert len(failed) <= 8, record["rows"]  # the server's 2 prompts x 4 rollouts at most
         assert all(a == 0 for r in failed for a in r["advantages"]), failed
-        assert {r["uid"] for r in failed}.isdisjoint(r["uid"] for r in record["rows"] if not r["failed"])
         check_grpo_of_scalars([r for r in record["rows"] if not r["failed"]])
     metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
     steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
@@ -463,7 +463,8 @@ def test_grpo_with_the_bot_manager_a_reward_server_restarted_mid_run_and_ctrl_c(
 
 def check_grpo_of_scalars(rows: list[dict]) -> None:
     """Each row's reward is one scalar on its last token, the scores differ, and each row's advantages are verl's
-    GRPO of its group's scores (the sample std, eps 1e-6) on every token."""
+    GRPO of its group's scores (the sample std, eps 1e-6) on every token; 0 for a row alone in its group (the other
+    rollouts failed: no group to compare it with)."""
     for r in rows:
         assert all(x == 0 for x in r["rewards"][:-1]), r  # one scalar, on the last token
     scores = torch.tensor([r["rewards"][-1] for r in rows])
@@ -471,7 +472,7 @@ def check_grpo_of_scalars(rows: list[dict]) -> None:
     for uid in {r["uid"] for r in rows}:
         members = [i for i, r in enumerate(rows) if r["uid"] == uid]
         group = scores[members]
-        z = (group - group.mean()) / (group.std() + 1e-6)  # verl's GRPO: the sample std
+        z = (group - group.mean()) / (group.std() + 1e-6) if len(members) > 1 else torch.zeros(1)  # the sample std
         for i, expected in zip(members, z.tolist(), strict=True):
             assert rows[i]["advantages"] == pytest.approx([expected] * len(rows[i]["rewards"]), abs=1e-5), rows[i]
 

@@ -112,13 +112,17 @@ def in_put_order(snapshot: dict[str, Any], prompt_order: Iterable[str],
 
 
 def response_ids(partition_id: str, keys: list[str]) -> dict[str, tuple[int, ...]]:
-    """Each trajectory's response token ids (as TransferQueue holds them, padding included), by key."""
+    """Each trajectory's response token ids (as TransferQueue holds them, padding included), by key; {} when the
+    trajectories have no `responses`."""
     import transfer_queue as tq
 
     keys = [key for key in keys if not key.endswith(MARKER_SUFFIX)]
     if not keys:
         return {}
-    column = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["responses"])["responses"]
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["responses"])
+    if "responses" not in data.keys():  # trajectories written without it: ordered by session
+        return {}
+    column = data["responses"]
     rows = column.unbind() if getattr(column, "is_nested", False) else list(column)
     return {key: tuple(row.tolist()) for key, row in zip(keys, rows, strict=True)}
 
