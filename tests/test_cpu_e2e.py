@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -491,9 +492,9 @@ def advantage_records(run: Run) -> list[dict]:
 
 
 def last_logged_step(run: Run) -> int:
-    """The last step in the run's metrics file (0 before the first)."""
-    steps = [json.loads(ln)["step"] for ln in run.metrics.read_text().splitlines() if ln.strip()]
-    return max(steps, default=0)
+    """The last step in the run's metrics file (0 before the first; a line still being written is left out)."""
+    found = re.findall(r'^\{"step":(\d+),', run.metrics.read_text(), flags=re.M) if run.metrics.exists() else []
+    return max(map(int, found), default=0)
 
 
 def _wait_for_step(run: Run, step: int, timeout: float) -> None:
