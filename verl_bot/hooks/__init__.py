@@ -17,7 +17,9 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
     engine_forward_step FSDPEngineWithLMHead.forward_step    GRAIL: token weights times the advantages
     replay_buffer       PPOTrainer._build_replay_buffer      the buffer's samples stop the run on a reward
                                                              configuration error (fatal marker) or a rollout
-                                                             engine that is gone (rollout_failure's marker)
+                                                             engine that is gone (rollout_failure's marker);
+                                                             with rollout.full_determinism, a batch's rows in one
+                                                             order (bit-equal reruns and resumes)
     rollout_failure     AgentLoopWorker._run_agent_loop      a rollout lost to a dead engine marks its group
     resume              PPOTrainer.fit, tracking.FileLogger.__init__
                                                              a resumed run keeps the metrics of its earlier steps
