@@ -478,17 +478,18 @@ def check_grpo_of_scalars(rows: list[dict]) -> None:
             assert rows[i]["advantages"] == pytest.approx([expected] * len(rows[i]["rewards"]), abs=1e-5), rows[i]
 
 
+def probe_records(probe: Path) -> list[dict]:
+    """A probe file's records so far; a last line cut short (still being written, or by a kill) is left out."""
+    text = probe.read_text() if probe.exists() else ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if lines and not text.endswith("\n"):
+        lines.pop()
+    return [json.loads(ln) for ln in lines]
+
+
 def advantage_records(run: Run) -> list[dict]:
-    """The probe's records of verl's advantage step so far, one a step (a line still being written is left out)."""
-    records = []
-    for line in run.probe.read_text().splitlines() if run.probe.exists() else []:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("step") == "advantage":
-            records.append(record)
-    return records
+    """The probe's records of verl's advantage step so far, one a step."""
+    return [record for record in probe_records(run.probe) if record.get("step") == "advantage"]
 
 
 def last_logged_step(run: Run) -> int:

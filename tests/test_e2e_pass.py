@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_cpu_e2e import Run
+from tests.test_cpu_e2e import Run, probe_records
 from tests.test_e2e_resume import kill_in_step_3
 from verl_bot.advantage.pass_ import pass_advantage
 
@@ -149,7 +149,7 @@ def test_pass_killed_in_step_3_resumes_and_the_actor_uses_its_advantages_through
     out = workdir / "pass_out"
     killed = launch(workdir, "pass_1", out, tiny_model_dir)
     kill_in_step_3(killed, out)
-    check_records(records_of(killed.probe), steps=2)  # steps 1-2; a step 3 cut short by the kill is left out
+    check_records(probe_records(killed.probe), steps=2)  # steps 1-2; a step 3 cut short by the kill is left out
     resumed = launch(workdir, "pass_2", out, tiny_model_dir)
     try:
         rc = resumed.wait(timeout=600)
@@ -157,7 +157,7 @@ def test_pass_killed_in_step_3_resumes_and_the_actor_uses_its_advantages_through
         resumed.cleanup()
     assert rc == 0, resumed.output(6000)
     assert "Resuming from" in resumed.output() and "global_step_2" in resumed.output(), resumed.output(4000)
-    check_records(records_of(resumed.probe), steps=1)  # the resumed step 3
+    check_records(probe_records(resumed.probe), steps=1)  # the resumed step 3
     metrics = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
     assert [m["step"] for m in metrics if "actor/pg_loss" in m["data"]] == [1, 2, 3], metrics  # each once
@@ -166,14 +166,6 @@ def test_pass_killed_in_step_3_resumes_and_the_actor_uses_its_advantages_through
         shares = [data[f"pass/share_{name}"] for name in ("outcome", "format", "process")]
         assert sum(shares) == pytest.approx(1.0, abs=1e-6) and data["pass/share_format"] > 0, shares
         assert data["verl_bot/scorer_failed_rows"] == 0 and 0.0 <= data["reward/solved/mean"] <= 1.0
-
-
-def records_of(probe: Path) -> list[dict]:
-    """The probe's records; a last line cut short by a kill is left out."""
-    lines = [ln for ln in probe.read_text().splitlines() if ln.strip()]
-    if lines and not probe.read_text().endswith("\n"):
-        lines.pop()
-    return [json.loads(ln) for ln in lines]
 
 
 def check_records(records: list[dict], steps: int) -> None:
