@@ -162,8 +162,11 @@ def setup(tmp_path_factory):
 
 class JudgeOutage(threading.Thread):
     """The judge stops answering in the middle of a run and comes back: once the run has logged step 1, every
-    process of the judge is stopped (SIGSTOP: connections are accepted, nothing is answered) for `seconds`, then
-    continued. The reward server's judge counters (its /health) are read when the judge is back."""
+    process of the judge is stopped (SIGSTOP: connections are accepted, nothing is answered) for `seconds` or until
+    the run has logged step 2, whichever comes first, then continued: every judge call of step 2 made while it was
+    stopped passed its deadline, and the judge is back before the run's verdict asks the reward server's /health
+    (a run that ended inside the outage would have none of its judge counters). The reward server's judge counters
+    are read when the judge is back."""
 
     def __init__(self, setup: dict, seconds: float):
         super().__init__(daemon=True)
@@ -174,27 +177,32 @@ class JudgeOutage(threading.Thread):
         self.at_return: dict | None = None
         self._done = threading.Event()
 
-    def attach(self, run: Smoke) -> JudgeOutage:
+    def attach(self, run: Smoke) -> None:
+        """Make this the outage of `run` (started and ended by its `run`)."""
         self.metrics, self.reward_url = run.dir / "metrics.jsonl", f"http://127.0.0.1:{run.env['REWARD_PORT']}"
-        return self
+        run.outage = self
 
     def _judge_stats(self) -> dict:
         # React's /health also warms its browser and asks the judges: give it time
         with urllib.request.urlopen(self.reward_url + "/health", timeout=120) as resp:
             return json.loads(resp.read()).get("judge_stats", {})
 
+    def _logged(self, step: int) -> bool:
+        return self.metrics.exists() and f'"step":{step},' in self.metrics.read_text()
+
     def run(self) -> None:
-        while not self._done.is_set() and not (self.metrics.exists() and '"step":1,' in self.metrics.read_text()):
+        while not self._done.is_set() and not self._logged(1):
             time.sleep(0.2)
         if self._done.is_set():
             return
         os.killpg(self.pgid, signal.SIGSTOP)
         self.stopped_at = time.monotonic()
         try:
-            run_ended = self._done.wait(self.seconds)
+            while not (self._done.is_set() or self._logged(2) or time.monotonic() - self.stopped_at > self.seconds):
+                self._done.wait(0.2)
         finally:
             os.killpg(self.pgid, signal.SIGCONT)
-        if not run_ended:  # the run goes on: its reward server (stopped with the run) answers
+        if not self._done.is_set():  # the run goes on: its reward server (stopped with the run) answers
             try:
                 self.at_return = self._judge_stats()
             except OSError:  # the run ended meanwhile
@@ -211,13 +219,14 @@ def answered(stats: dict) -> int:
     return sum(n for key, n in stats.items() if key.endswith(("_ok", "_unparseable")) and "attribution" not in key)
 
 
-def check_outage(run: Smoke, outage: JudgeOutage, judge: str, asked_again: bool) -> None:
+def check_outage(run: Smoke, judge: str, asked_again: bool) -> None:
     """The judge went away during step 2 and came back: step 1 had no `judge_unavailable` verdict, step 2 had
     some (the calls' deadline passed: nothing hung), the run went on to its end, and the verdict's judge line says
-    so as a warning, not a failure; `asked_again`: the run went on after the judge came back and calls made then
-    were answered (a run may end inside the outage: the React smoke's often does, whose judge, shared, answers
-    the AIME smoke's calls after its own outage)."""
-    assert outage.stopped_at is not None, "the judge was never stopped"
+    so as a warning, not a failure; `asked_again`: calls made after it came back were answered (the AIME smoke's
+    final validation, after OUTAGE_S; the React smoke's step 2 and validation often end first, and its judge,
+    shared, answers the AIME smoke's calls after their own outage)."""
+    outage = run.outage
+    assert outage is not None and outage.stopped_at is not None, "the judge was never stopped"
     steps = run.steps()
     assert steps[1].get("reward/flag/judge_unavailable/mean", 0.0) == 0.0, steps[1]
     assert steps[2]["reward/flag/judge_unavailable/mean"] > 0, steps[2]
@@ -260,16 +269,17 @@ class Smoke:
         self.setup = setup
         self.outage: JudgeOutage | None = None
 
-    def run(self, timeout: float = 800, outage: JudgeOutage | None = None) -> Smoke:
+    def run(self, timeout: float = 800) -> Smoke:
+        """Run the command (with its judge outage, when one is attached) until it exits."""
         start = time.monotonic()
-        if outage is not None:
-            outage.start()
+        if self.outage is not None:
+            self.outage.start()
         try:
             proc = subprocess.run(self.cmd, env=self.env, capture_output=True, text=True, timeout=timeout,
                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         finally:
-            if outage is not None:
-                outage.end()
+            if self.outage is not None:
+                self.outage.end()
             _kill_marked(self.mark)
         self.seconds = time.monotonic() - start
         self.rc, self.out, self.err = proc.returncode, proc.stdout, proc.stderr
@@ -318,8 +328,7 @@ def check_common(run: Smoke, judge: str | None, steps: int = 2) -> dict[int, dic
     check_verdict(run, steps)
     logged = run.steps()
     assert sorted(logged) == list(range(1, steps + 1))
-    steps = logged
-    for data in steps.values():
+    for data in logged.values():
         # the rollout's token probabilities are the trainer's after every weight sync, while the actor trains
         assert data["training/rollout_probs_diff_max"] < 1e-3, data["training/rollout_probs_diff_max"]
         assert data["actor/grad_norm"] > 0
@@ -327,11 +336,11 @@ def check_common(run: Smoke, judge: str | None, steps: int = 2) -> dict[int, dic
     if judge is not None:
         calls = re.search(r"(\d+) of (\d+) calls answered", run.line("judge"))
         assert calls and int(calls.group(2)) > 0 and calls.group(1) == calls.group(2), run.line("judge")
-    return steps
+    return logged
 
 
 # The judge outages of the React and AIME `bot` smokes: each judge call gives up after JUDGE_DEADLINE_S (no retry:
-# the recipes' judges retry twice after 60 s, a stop of minutes), the judge stays stopped for OUTAGE_S
+# the recipes' judges retry twice after 60 s, a stop of minutes), the judge stays stopped for OUTAGE_S at most
 JUDGE_DEADLINE_S, OUTAGE_S = "20", 45
 
 
@@ -339,8 +348,8 @@ JUDGE_DEADLINE_S, OUTAGE_S = "20", 45
 def react_bot(setup):
     run = Smoke(setup, "react_qwen", "bot", REACT_REWARD_JUDGE_TIMEOUT_S=JUDGE_DEADLINE_S,
                 REACT_REWARD_JUDGE_MAX_RETRIES="0")
-    run.outage = JudgeOutage(setup, OUTAGE_S).attach(run)
-    return run.run(outage=run.outage)
+    JudgeOutage(setup, OUTAGE_S).attach(run)
+    return run.run()
 
 
 def test_react_qwen_bot_on_verls_vllm_rollout(react_bot):
@@ -349,7 +358,7 @@ def test_react_qwen_bot_on_verls_vllm_rollout(react_bot):
     steps = check_common(react_bot, judge=None)
     # the React smoke asks the judge about the compiled components only (22 calls in a run seen here): step 2's
     # fell inside the outage, and whether the final validation's 4 responses compile is chance
-    check_outage(react_bot, react_bot.outage, "LLM code judge", asked_again=False)
+    check_outage(react_bot, "LLM code judge", asked_again=False)
     check_dense(react_bot)
     for data in steps.values():
         for part in ("compile", "eslint", "llm_judge"):
@@ -365,15 +374,15 @@ def aime_bot(setup):
     # rollouts apart, and the tiny model solves ~1 in 15; 8 groups of 8 give a step mixed groups all but surely
     run = Smoke(setup, "aime_qwen", "bot", SMOKE_BATCH="8", ROLLOUT_N="8", MATH_JUDGE_TIMEOUT_S=JUDGE_DEADLINE_S,
                 MATH_JUDGE_MAX_RETRIES="0")
-    run.outage = JudgeOutage(setup, OUTAGE_S).attach(run)
-    return run.run(outage=run.outage)
+    JudgeOutage(setup, OUTAGE_S).attach(run)
+    return run.run()
 
 
 def test_aime_qwen_bot_on_verls_vllm_rollout(aime_bot):
     """The AIME recipe: the math server's Eq. 8 with a real step judge, dense rewards into BoT; the step judge stops
     answering during step 2 and comes back (`JudgeOutage`)."""
     steps = check_common(aime_bot, judge=None)
-    check_outage(aime_bot, aime_bot.outage, "step judge", asked_again=True)
+    check_outage(aime_bot, "step judge", asked_again=True)
     check_dense(aime_bot)
     for data in steps.values():
         assert "reward/answer/mean" in data and "reward/format/mean" in data
