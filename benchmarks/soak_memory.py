@@ -130,20 +130,25 @@ def main() -> int:
     proc = subprocess.Popen(["bash", str(ROOT / "recipes" / "cpu_train.sh")], env=env, stdout=log, stderr=log)
     metrics = out / "run" / "metrics.jsonl"
     samples, next_step = [], args.every
-    with open(out / "rss.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["step", "title", "pid", "rss_mib"])
-        writer.writeheader()
-        while proc.poll() is None:
-            if last_step(metrics) >= next_step:
-                for pid in tagged(mark):
-                    name, rss = title(pid), rss_mib(pid)
-                    if name and rss:
-                        row = {"step": next_step, "title": name, "pid": pid, "rss_mib": round(rss, 1)}
-                        writer.writerow(row)
-                        samples.append(row)
-                f.flush()
-                next_step += args.every
-            time.sleep(1)
+    try:
+        with open(out / "rss.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["step", "title", "pid", "rss_mib"])
+            writer.writeheader()
+            while proc.poll() is None:
+                if last_step(metrics) >= next_step:
+                    for pid in tagged(mark):
+                        name, rss = title(pid), rss_mib(pid)
+                        if name and rss:
+                            row = {"step": next_step, "title": name, "pid": pid, "rss_mib": round(rss, 1)}
+                            writer.writerow(row)
+                            samples.append(row)
+                    f.flush()
+                    next_step += args.every
+                time.sleep(1)
+    finally:  # Ctrl-C of the benchmark, or its own error: the launcher stops its trainer (recipes/signals.sh)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait()
     if proc.returncode != 0:
         print(f"the run failed (exit {proc.returncode}); see {out / 'run.log'}", file=sys.stderr)
         return 2

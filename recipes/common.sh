@@ -309,11 +309,14 @@ vb_start_service() {
     [[ -z "$(curl -sf --max-time 5 "${url%/}${path}" 2>/dev/null || true)" ]] ||
         vb_die "a server already answers at ${url}: stop it, or pass its URL instead of starting ${name}"
     mkdir -p "$(dirname "${log}")"
+    # a stop ends the script, whose EXIT trap stops every service; one that lands before the PID is in
+    # SERVICE_PIDS is held until it is (recipes/signals.sh)
+    trap vb_stop_services EXIT
+    vb_hold_stops
     (cd "${ROOT}" && exec "$@") >"${log}" 2>&1 &
     pid=$!
     SERVICE_PIDS+=("${pid}")
-    trap vb_stop_services EXIT
-    trap 'exit 130' INT TERM
+    vb_release_stops
     t0=${SECONDS}
     until curl -sf --max-time 20 "${url%/}${path}" >/dev/null 2>&1; do
         if ! kill -0 "${pid}" 2>/dev/null; then
@@ -353,7 +356,9 @@ vb_start_server() {
 # looks up a distribution named `vllm` and stops; its API server module is the server `vllm serve` runs).
 vb_start_judge() {
     local url="http://127.0.0.1:${JUDGE_PORT}/v1" judge_argv=()
-    [[ "${PLATFORM}" == cpu ]] && judge_argv=(--dtype float32 --enforce-eager --kv-cache-memory-bytes 268435456)
+    # on the CPU, as the CPU rollout's engine (verl_bot/cpu/overrides.txt says why)
+    [[ "${PLATFORM}" == cpu ]] && judge_argv=(--dtype float32 --enforce-eager --kv-cache-memory-bytes 268435456
+        --mamba-ssm-cache-dtype float32)
     vb_start_service "the judge (vllm serve ${JUDGE_MODEL_PATH})" "${OUT_DIR}/judge.log" "${url}" /models \
         "${PY}" -m vllm.entrypoints.openai.api_server --model "${JUDGE_MODEL_PATH}" --host 127.0.0.1 \
         --port "${JUDGE_PORT}" --served-model-name judge "${judge_argv[@]}"

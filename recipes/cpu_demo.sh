@@ -35,6 +35,8 @@ describe() {
     esac
 }
 
+source "${ROOT}/recipes/signals.sh"   # vb_run_trainer
+
 mkdir -p "${DEMO_DIR}"
 : > "${LOG}"
 read -r -a algos <<< "${ALGOS}"
@@ -45,7 +47,8 @@ CONSOLE_FLAGS=()
 RUNS=()
 for i in "${!algos[@]}"; do
     algo=${algos[$i]}
-    ALGO="${algo}" OUT_DIR="${DEMO_DIR}/${algo}" "${PY}" -m verl_bot.cpu.console "${CONSOLE_FLAGS[@]}" \
+    # a stop of this script (SIGTERM, SIGINT, SIGHUP) reaches the console, which stops the trainer
+    ALGO="${algo}" OUT_DIR="${DEMO_DIR}/${algo}" vb_run_trainer "${PY}" -m verl_bot.cpu.console "${CONSOLE_FLAGS[@]}" \
         --log "${LOG}" --metrics "${DEMO_DIR}/${algo}/metrics.jsonl" --steps "${STEPS}" \
         --title "[$((i + 1))/${#algos[@]}] ${algo}: $(describe "${algo}")" -- \
         bash "${ROOT}/recipes/cpu_train.sh" \

@@ -174,9 +174,11 @@ def test_other_entry_points_still_import_verl_first():
     assert out.stdout.strip() == "True", out.stderr[-2000:]
 
 
-def test_ctrl_c_reaches_the_trainer_under_timeout(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_reaches_the_trainer_under_timeout(tmp_path, signum):
     """The recipe runs the trainer under `timeout`, out of the terminal's reach: Ctrl-C on the console must get
-    to it (SIGINT, on which verl's trainer shuts Ray down), and the console exits with the trainer's code."""
+    to it (SIGINT, on which verl's trainer shuts Ray down), and the console exits with the trainer's code. A
+    SIGTERM of the console (`kill`, a scheduler, recipes/cpu_demo.sh stopped) does the same."""
     got = tmp_path / "got_sigint"
     trainer = (
         "import signal, sys, time\n"
@@ -199,7 +201,7 @@ def test_ctrl_c_reaches_the_trainer_under_timeout(tmp_path):
         while "fake trainer READY" not in (log.read_text() if log.exists() else ""):
             assert time.monotonic() < deadline and console_proc.poll() is None, "the fake trainer did not start"
             time.sleep(0.2)
-        console_proc.send_signal(signal.SIGINT)
+        console_proc.send_signal(signum)
         out, _ = console_proc.communicate(timeout=60)
     finally:
         console_proc.kill()

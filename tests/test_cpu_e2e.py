@@ -404,13 +404,13 @@ def test_grpo_with_the_bot_manager_a_reward_server_restarted_mid_run_and_ctrl_c(
     Ctrl-C (SIGINT to the trainer) while it trains the step after those: it exits and none of its Ray processes
     stays behind."""
     port = free_port()
-    server = reward_server("math", port)
     run = Run(workdir, "grpo_bot", ["algorithm.adv_estimator=grpo", "reward.reward_manager.name=bot",
                                     f"data.train_files={workdir / 'train_restart.parquet'}", "data.shuffle=False",
                                     f"+reward.reward_kwargs.bot.scorers.toy_remote=http://127.0.0.1:{port}"],
               steps=50)
-    run.start()
+    server = reward_server("math", port)
     try:
+        run.start()
         _wait_for_step(run, 1, timeout=400)
         kill(server)
         deadline = time.monotonic() + 300

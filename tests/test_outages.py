@@ -41,7 +41,11 @@ def reward_server(kind: str, port: int) -> subprocess.Popen:
     argv, timeout = SERVERS[kind]
     proc = subprocess.Popen([sys.executable, "-m", *argv, "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_http(f"http://127.0.0.1:{port}/health", timeout, proc, poll_s=0.3)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", timeout, proc, poll_s=0.3)
+    except BaseException:  # not up: the caller never gets it to stop
+        kill(proc)
+        raise
     return proc
 
 

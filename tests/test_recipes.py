@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
@@ -176,14 +177,126 @@ def test_a_stopped_launcher_stops_its_trainer_and_returns_its_exit_code(tmp_path
     (tmp_path / "trainer.py").write_text(FAKE_TRAINER)
     script = f'source {ROOT / "recipes" / "signals.sh"}; vb_run_trainer {sys.executable} trainer.py {log}; echo "rc=$?"'
     proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not (log.exists() and log.read_text()):
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signum)
-    out, _ = proc.communicate(timeout=30)
+    trainers: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        trainers = _children(proc.pid)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=30)
+    finally:  # a failed check leaves no fake trainer running (it would hold the pipe open)
+        for pid in [*trainers, proc.pid]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
     assert log.read_text() == "ready\ngot SIGTERM\nstopped\n"
     assert out.strip() == "rc=7"
+
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_at_the_moment_the_trainer_is_forked_still_stops_it(tmp_path, signum):
+    """The window of the test above, hit on purpose, many times: the stop is sent the moment bash has forked the
+    trainer (its pid shows in /proc/<bash>/task/<bash>/children), or after a random 0-20 ms from the script's
+    start (before the trap, before the fork, between fork and `$!`). Every time the script ends by itself, and
+    no trainer outlives it: the trainer got the SIGTERM (rc 7 with its handler, 143 before Python installed it),
+    or no trainer was started (the script ended with 128 + the signal's number, or bash died of it before
+    vb_run_trainer was entered). A trap armed after the fork lost about a third of these stops, and the trainer ran
+    on."""
+    (tmp_path / "trainer.py").write_text(FAKE_TRAINER)
+    script = (
+        f'source {ROOT / "recipes" / "signals.sh"}; '
+        f'vb_run_trainer {sys.executable} trainer.py trainer.log >/dev/null 2>&1; echo "rc=$?"'
+    )
+    rng = np.random.default_rng(signum)
+    outcomes = set()
+    for attempt in range(30):
+        at_fork = attempt % 2 == 0
+        proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        seen: set[int] = set()
+        deadline = time.monotonic() + 30
+        try:
+            if at_fork:
+                while not seen and proc.poll() is None and time.monotonic() < deadline:
+                    seen.update(_children(proc.pid))
+            else:
+                time.sleep(rng.uniform(0, 0.02))
+            proc.send_signal(signum)
+            while proc.poll() is None:  # the trainer's pid, whenever it shows
+                assert time.monotonic() < deadline, f"attempt {attempt}: the script did not end"
+                seen.update(_children(proc.pid))
+                time.sleep(0.001)
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            for pid in seen:  # never leave a fake trainer behind, whatever the assertions say
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+        assert not [pid for pid in seen if _alive(pid)], (attempt, out)
+        if at_fork:
+            assert seen, "the script forked no trainer"
+            assert out.strip() in ("rc=7", "rc=143"), (attempt, out)
+        else:  # or stopped before the trainer was started: by the trap (128 + n), or before it was armed
+            assert out.strip() in ("rc=7", "rc=143") or proc.returncode in (-signum, 128 + signum), out
+        outcomes.add(out.strip() or f"bash ended with {proc.returncode}")
+    assert "rc=143" in outcomes or "rc=7" in outcomes, outcomes
+
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_at_the_moment_a_service_is_forked_still_stops_it(tmp_path, signum):
+    """recipes/common.sh's vb_start_service (the reward server and judge a recipe starts), its window hit on
+    purpose: the stop is sent the moment the service's process exists (its log file is opened in the forked
+    child, before it execs the service), 20 times a signal. Every time the script exits with the signal's code
+    and stops the service on its way out: no process of the service outlives it."""
+    marker = f"vb-service-{tmp_path.name}"
+    script = (
+        f"ROOT={ROOT} TASK=aime MODEL_TAG=t SMOKE=0 PLATFORM=gpu; source {ROOT / 'recipes' / 'common.sh'}; "
+        f"vb_start_service fake {tmp_path}/service.log http://127.0.0.1:{free_port()} /health "
+        f'{sys.executable} -c "import time; time.sleep(60)" {marker}'
+    )
+
+    def leftovers() -> list[int]:
+        return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _alive(int(p.name))
+                and marker.encode() in _read_bytes(p / "cmdline")]
+
+    for attempt in range(20):
+        (tmp_path / "service.log").unlink(missing_ok=True)
+        proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        try:
+            while not (tmp_path / "service.log").exists():
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            proc.send_signal(signum)
+            proc.wait(timeout=30)
+        finally:
+            left = leftovers()
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+        assert not left, f"attempt {attempt}: the service outlived its script"
+        assert proc.returncode == 128 + signum, (attempt, proc.returncode)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def test_recipes_follow_verl_style():

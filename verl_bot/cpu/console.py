@@ -15,8 +15,8 @@ The steps come from verl's file logger (`--metrics`, the `VERL_FILE_LOGGER_PATH`
 G = `reward/score/mean` (the mean global score), solved = `reward/acc/mean` (the share of solved
 rollouts), step time = `timing_s/step`; ETA = the mean step time so far x the steps left. On a terminal
 one status line also ticks while the trainer starts and between steps. When the command fails, its last
-lines go to the terminal without the known-harmless ones (below), with the log's path. Ctrl-C stops the
-trainer (SIGINT to verl's trainer process, which shuts Ray down; SIGKILL after `--stop-timeout-s`). `--verbose`
+lines go to the terminal without the known-harmless ones (below), with the log's path. Ctrl-C or SIGTERM stops
+the trainer (SIGINT to verl's trainer process, which shuts Ray down; SIGKILL after `--stop-timeout-s`). `--verbose`
 copies every line of the command to the terminal as well (the demo's `VERBOSE=1`).
 
 Known-harmless output (`KNOWN_HARMLESS`: each pattern with the reason it is harmless) is never shown
@@ -196,6 +196,7 @@ def stop(proc: subprocess.Popen, timeout_s: float) -> None:
     which keeps the terminal's Ctrl-C from it; the trainer shuts Ray down on SIGINT), else to everything below;
     after `timeout_s`, SIGKILL to whatever is left of the tree."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     below = descendants(proc.pid)
     trainers = [pid for pid in below if TRAINER_MARK in _cmdline(pid)]
     _signal(trainers or [proc.pid, *below], signal.SIGINT)
@@ -300,34 +301,39 @@ class Console:
         with log_path.open("a", encoding="utf-8") as log:
             log.write(f"\n===== {self.args.title}: {' '.join(command)}\n")
             log.flush()
+            # Ctrl-C and SIGTERM (a `kill`, a scheduler, the demo script's own stop: recipes/signals.sh) are ours
+            # to handle even when the console inherited SIGINT ignored (a background job) or an imported library
+            # replaced Python's handler. They only raise a flag, armed before the command starts: a stop that
+            # lands while Popen forks cannot lose the child (an exception there would leave it running).
+            stops: list[int] = []
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda signum, _frame: stops.append(signum))
             proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            # Ctrl-C is ours to handle even when the console inherited it ignored (a background job) or an
-            # imported library replaced Python's handler
-            signal.signal(signal.SIGINT, signal.default_int_handler)
             pump = threading.Thread(target=self._pump, args=(proc.stdout, log), daemon=True)
             pump.start()
-            try:
-                while True:
-                    finished = proc.poll() is not None
-                    for step, data in tail.new_steps():
-                        done = max(done, step)
-                        first_step_at = first_step_at or time.monotonic()
-                        if isinstance(data.get(STEP_TIME_KEY), (int, float)):
-                            step_times.append(float(data[STEP_TIME_KEY]))
-                        self.say(step_line(step, self.args.steps, data, step_times))
-                    if finished:
-                        break
-                    elapsed = time.monotonic() - start
-                    if done == 0:
-                        self.status(f"  starting verl's trainer (Ray, workers, model) ... {clock(elapsed)}")
-                    elif done < self.args.steps:
-                        self.status(f"  step {done + 1}/{self.args.steps} running ... {clock(elapsed)}")
-                    else:
-                        self.status(f"  finishing (Ray shuts down) ... {clock(elapsed)}")
-                    time.sleep(0.5)
-            except KeyboardInterrupt:
-                self.say("  interrupted: stopping the trainer (Ctrl-C again is ignored; it takes a few seconds) ...")
-                stop(proc, self.args.stop_timeout_s)
+            while True:
+                if stops:
+                    self.say("  interrupted: stopping the trainer (Ctrl-C again is ignored; it takes a few seconds)"
+                             " ...")
+                    stop(proc, self.args.stop_timeout_s)
+                    break
+                finished = proc.poll() is not None
+                for step, data in tail.new_steps():
+                    done = max(done, step)
+                    first_step_at = first_step_at or time.monotonic()
+                    if isinstance(data.get(STEP_TIME_KEY), (int, float)):
+                        step_times.append(float(data[STEP_TIME_KEY]))
+                    self.say(step_line(step, self.args.steps, data, step_times))
+                if finished:
+                    break
+                elapsed = time.monotonic() - start
+                if done == 0:
+                    self.status(f"  starting verl's trainer (Ray, workers, model) ... {clock(elapsed)}")
+                elif done < self.args.steps:
+                    self.status(f"  step {done + 1}/{self.args.steps} running ... {clock(elapsed)}")
+                else:
+                    self.status(f"  finishing (Ray shuts down) ... {clock(elapsed)}")
+                time.sleep(0.2)
             rc = proc.wait()
             pump.join(timeout=30)
             self._write_summary(log)
