@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -158,6 +159,45 @@ def test_overrides_compose_with_verl_config():
     assert cfg.ray_kwargs.ray_init.num_gpus == 2  # follows trainer.n_gpus_per_node
     assert compose_verl_config(overrides(rollout="hf")).actor_rollout_ref.rollout.name == "hf"
 
+
+
+AMX_CHECK = """
+import json, logging, sys
+import torch
+from vllm.config import CacheConfig, VllmConfig
+from vllm.platforms.cpu import CpuPlatform
+
+torch.cpu._is_amx_tile_supported = lambda: True  # as on a processor with AMX tiles
+warned = {}
+for dtype in sys.argv[1:]:
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("vllm").addHandler(handler)
+    config = VllmConfig(cache_config=CacheConfig(mamba_ssm_cache_dtype=dtype))
+    CpuPlatform.check_and_update_config(config)
+    logging.getLogger("vllm").removeHandler(handler)
+    warned[dtype] = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+print(json.dumps(warned))
+"""
+
+
+def test_the_cpu_engines_ask_for_what_vllm_would_reset_on_an_amx_processor():
+    """On a processor with AMX, vLLM's CPU platform resets the SSM cache dtype to float32 for every model and warns
+    (`make demo` showed it as a warning not known to be harmless). The CPU rollout's engine kwargs and the CPU
+    judge's flags ask for float32 themselves: vLLM's own check, with AMX claimed, then keeps them and says
+    nothing, and it does warn for vLLM's default."""
+    from verl_bot.cpu import OVERRIDES_FILE, overrides
+
+    rollout = [o.split("=", 1)[1] for o in overrides() if ".engine_kwargs.vllm.mamba_ssm_cache_dtype=" in o]
+    common = (OVERRIDES_FILE.parents[2] / "recipes" / "common.sh").read_text()
+    judge = re.findall(r"--mamba-ssm-cache-dtype (\S+)\)", common)
+    assert rollout == ["float32"] and judge == ["float32"], (rollout, judge)
+    out = subprocess.run([sys.executable, "-c", AMX_CHECK, "float32", "auto"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    warned = json.loads(out.stdout.splitlines()[-1])
+    assert warned["float32"] == []
+    assert warned["auto"] == ["Reset SSM cache type to float32 for AMX mamba attention."]
 
 # ------------------------------------------------------------------ the rollout server, in this process
 @pytest.fixture(scope="module")

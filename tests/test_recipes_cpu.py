@@ -134,7 +134,7 @@ def setup(tmp_path_factory):
     judge = subprocess.Popen(
         [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", str(judge_dir), "--host", "127.0.0.1",
          "--port", str(port), "--served-model-name", "judge", "--dtype", "float32", "--enforce-eager",
-         "--kv-cache-memory-bytes", str(2**28)],
+         "--kv-cache-memory-bytes", str(2**28), "--mamba-ssm-cache-dtype", "float32"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         # on this machine with verl-bot installed, as a judge beside a CPU run would be: verl-bot's vLLM plugin
         # then spares its sampler the inductor kernels (verl_bot/hooks/vllm_cpu.py, V3 and V4)
