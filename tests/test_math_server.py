@@ -330,6 +330,94 @@ def test_batch_isolation_and_order(server):
     assert out[4]["error"] and out[4]["global"]["score"] == 0.0
 
 
+# ----------------------------------------------------------------------------- a reasoning model's think block
+
+GOOD = steps("3 * 11 is 30 + 3.", "So the answer is 33.")
+# drafts of every kind inside the think block: a WRONG step (the fake judge would say -1), a final, a box, a fence
+DRAFTS = (
+    "<think>Draft: <step 1>WRONG 3 * 11 = 34</step 1>\n<final>\\boxed{34}</final>\n```jsx\nconst A = 1\n```\n"
+    "</think>\n"
+)
+NATIVE = "<think>3 * 11: 30 + 3 = 33.</think>\n\nThree tens are 30.\n\nPlus three is 33.\n\nSo it is $\\boxed{33}$."
+# name -> (response, format, answer, G with the judge off); ground truth 33
+THINK_CASES = {
+    "drafts in think, tagged answer": (DRAFTS + GOOD, "ok", "33", 3.2),
+    "think mentions the tags": ("<think>Use <step 1> ... </step 1>, then <final>.</think>\n" + GOOD, "ok", "33", 3.2),
+    "cut off in think, boxed and final drafts": ("<think>So \\boxed{33}, so <final>33</final>", "missing", None, -1.5),
+    "cut off in think, no draft": ("<think>3 * 11 is 30 plus", "missing", None, -1.5),
+    "think, native boxed answer": (NATIVE, "native", "33", 3.0),
+    "think, native wrong answer": (NATIVE.replace("{33}", "{34}"), "native", "34", 0.0),
+    "template opened think": ("3 * 11 = 33.</think>\n\n\\boxed{33}", "native", "33", 3.0),
+    "no think, wrong tagged answer": (steps("3 * 11 = 34", final="34"), "ok", "34", 0.2),
+    "no think, boxed only": ("So \\boxed{33}", "missing", "33", 2.0),
+    "no think, wrong in broken tags": ("<step 1>3 * 11 = 34<final>34</final>", "mismatched", "34", -1.0),
+}
+
+
+@pytest.fixture(scope="module")
+def think_verdicts(server):
+    """The judge-off verdict of each THINK_CASES response, scored in one batch."""
+    items = [{"id": name, "response": case[0], "ground_truth": 33} for name, case in THINK_CASES.items()]
+    return {o["id"]: o for o in score(server, items, {"judge": False})}
+
+
+@pytest.mark.parametrize("name", list(THINK_CASES))
+def test_think_block_takes_no_part_in_the_verdict(think_verdicts, name):
+    response, fmt, answer, g = THINK_CASES[name]
+    out = think_verdicts[name]
+    assert out["error"] is None
+    assert (out["info"]["format"], out["info"]["answer"], out["global"]["score"]) == (fmt, answer, pytest.approx(g))
+    assert ("think_truncated" in out["flags"]) == name.startswith("cut off")
+    think = out["info"]["think"]
+    assert all(st["start"] >= think["end"] for st in out["info"]["steps"])  # no step inside the think block
+    if think["state"] == "closed":
+        assert response[: think["end"]].endswith("</think>")
+
+
+def test_a_cut_off_think_block_scores_below_every_finished_wrong_answer(think_verdicts):
+    cut = [think_verdicts[n]["global"]["score"] for n in THINK_CASES if n.startswith("cut off")]
+    wrong = [think_verdicts[n]["global"]["score"] for n in THINK_CASES if "wrong" in n]
+    assert max(cut) < min(wrong) == -1.0
+    drafts = think_verdicts["cut off in think, boxed and final drafts"]
+    assert drafts["info"]["think"] == {"state": "truncated", "end": 42} and drafts["info"]["steps"] == []
+    assert drafts["global"]["parts"] == {"answer": 0.0, "format": -1.0, "think_truncated": -0.5}
+
+
+def test_steps_and_spans_come_only_from_the_answer(server, judge):
+    """Judge on: the draft steps are never judged (their WRONG would be -1), the spans are the answer's steps."""
+    response = DRAFTS + GOOD
+    out, calls = calls_for(judge, lambda: one(server, response))
+    assert out["info"]["think"] == {"state": "closed", "end": 106} and calls == 2
+    assert out["global"]["score"] == pytest.approx(3.2) and out["info"]["step_source"] == "tags"
+    assert [(sp["start"], sp["end"], sp["value"]) for sp in out["local"]] == [(107, 141, 0.25), (142, 179, 0.25)]
+    assert response[100:141] == "think>\n<step 1>3 * 11 is 30 + 3.</step 1>"
+
+
+def test_a_native_answers_paragraphs_are_its_steps(server, judge):
+    """No step tags after </think>: the paragraphs before the answer's are judged as steps (untagged_steps)."""
+    out, calls = calls_for(judge, lambda: one(server, NATIVE))
+    assert NATIVE[37:55] == "Three tens are 30." and NATIVE[57:74] == "Plus three is 33."
+    assert calls == 2 and out["info"]["step_source"] == "paragraphs"
+    assert [(sp["start"], sp["end"], sp["value"]) for sp in out["local"]] == [(37, 55, 0.25), (57, 74, 0.25)]
+    assert out["global"] == {"score": 3.0, "parts": {"answer": 3.0, "format": 0.0}}
+    off = one(server, NATIVE, options={"untagged_steps": "none"})
+    assert off["local"] == [] and off["info"]["step_source"] == "none" and off["global"]["score"] == 3.0
+    alone = one(server, "<think>hm</think>\nSo the answer is \\boxed{33}.")  # only the answer's paragraph: no step
+    assert alone["local"] == [] and alone["info"]["steps"] == []
+
+
+def test_think_knobs_per_request(server):
+    """think_local puts its value on the think block; think_opened makes a response without </think> cut off."""
+    out = one(server, NATIVE, options={"judge": False, "think_local": -0.01})
+    assert out["local"] == [{"start": 0, "end": 35, "value": -0.01}] and NATIVE[:35].endswith("</think>")
+    plain = "3 * 11 = 33, so \\boxed{33}"
+    assert one(server, plain, options={"judge": False})["global"]["score"] == 2.0
+    opened = one(server, plain, options={"judge": False, "think_opened": True})
+    assert opened["global"]["score"] == -1.5 and "think_truncated" in opened["flags"]
+    bad = score(server, [{"response": NATIVE, "ground_truth": 33}], {"untagged_steps": "think"})[0]
+    assert "untagged_steps" in bad["error"]
+
+
 # ----------------------------------------------------------------------------------------------- the CLI
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import add_common_args, serve
-from reward_servers.math.server import ANSWER_TYPES, JUDGE_KINDS, MathConfig, MathScorer
+from reward_servers.math.server import ANSWER_TYPES, JUDGE_KINDS, UNTAGGED_STEPS, MathConfig, MathScorer
 from reward_servers.math.step_judge import STRATEGIES
 
 JUDGE_ENV_PREFIX = "MATH_JUDGE_"
@@ -40,6 +40,26 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--format-bonus", type=float, default=d.format_bonus)
     r.add_argument("--format-penalty", type=float, default=d.format_penalty)
     r.add_argument("--format-missing", type=float, default=d.format_missing)
+    r.add_argument("--format-native", type=float, default=d.format_native, help="think block, then \\boxed{}, no tag")
+    t = p.add_argument_group("think block (a reasoning model's <think> ... </think>)")
+    t.add_argument(
+        "--think-opened",
+        action="store_true",
+        help="the chat template ends the prompt with <think>: a response without </think> was cut off inside it",
+    )
+    t.add_argument("--think-local", type=float, default=d.think_local, help="local signal on the think block")
+    t.add_argument(
+        "--think-truncated-penalty",
+        type=float,
+        default=d.think_truncated_penalty,
+        help="part think_truncated of a response cut off inside its think block",
+    )
+    t.add_argument(
+        "--untagged-steps",
+        choices=UNTAGGED_STEPS,
+        default=d.untagged_steps,
+        help="steps of an answer after </think> without step tags: its paragraphs, or none",
+    )
     j = p.add_argument_group("step judge (env MATH_JUDGE_BASE_URL, _MODEL, _API_KEY, _TIMEOUT_S, ...)")
     j.add_argument(
         "--judge",
@@ -81,6 +101,11 @@ def config_from_args(args: argparse.Namespace) -> MathConfig:
         format_bonus=args.format_bonus,
         format_penalty=args.format_penalty,
         format_missing=args.format_missing,
+        format_native=args.format_native,
+        think_opened=args.think_opened,
+        think_local=args.think_local,
+        think_truncated_penalty=args.think_truncated_penalty,
+        untagged_steps=args.untagged_steps,
         answer_type=args.answer_type,
         int_fast_path=not args.no_int_fast_path,
         math_verify=not args.no_math_verify,

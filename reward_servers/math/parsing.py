@@ -3,6 +3,8 @@
 Response format (the paper's): ``<step 1> ... </step 1> <step 2> ... </step 2> ... <final> ... </final>``.
 Closing step tags may omit the number (``</step>``). All offsets are Python ``str`` indices into the response;
 spans are half-open ``[start, end)`` and cover a block from its opening tag to its closing tag inclusive.
+The scans take a ``start`` offset: a reasoning model's think block (``reward_servers.common.think``) is skipped
+by starting them after it, with offsets still into the whole response.
 
 Every scan here is a linear regex pass or a linear brace walk: a 1 MB response costs milliseconds.
 """
@@ -12,11 +14,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from reward_servers.common.think import ThinkSplit
+
 # <step 3>, < step3 >, </step 3>, </step>, <final>, </final>; case-insensitive
 _TAG = re.compile(r"<\s*(/?)\s*(step|final)\s*(\d{0,6})\s*>", re.I)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 FORMAT_OK, FORMAT_MISMATCHED, FORMAT_MISSING = "ok", "mismatched", "missing"
+FORMAT_NATIVE = "native"  # a closed think block, then a \boxed{} answer and no tag at all (a reasoning model's own)
+_BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
+_PARAGRAPH = re.compile(r"\S(?:(?!" + _BLANK_LINE.pattern + r").)*", re.S)  # a non-space up to the next blank line
 
 
 @dataclass
@@ -46,10 +53,10 @@ class Parsed:
     problems: list[str] = field(default_factory=list)
 
 
-def parse_response(text: str) -> Parsed:
-    """Scan the tags of ``text`` once and build steps, the final span and the format verdict."""
+def parse_response(text: str, start: int = 0) -> Parsed:
+    """Scan the tags of ``text[start:]`` once and build steps, the final span and the format verdict."""
     out = Parsed()
-    tags = list(_TAG.finditer(text))
+    tags = list(_TAG.finditer(text, start))
     if not tags:
         out.problems.append("no tags")
         return out
@@ -122,19 +129,20 @@ def parse_response(text: str) -> Parsed:
     return out
 
 
-def boxed_contents(text: str, max_depth: int = 64) -> list[tuple[int, int]]:
-    """Inner spans of every balanced ``\\boxed{...}`` / ``\\fbox{...}`` in ``text``, in order (outermost only).
+def boxed_contents(text: str, max_depth: int = 64, start: int = 0) -> list[tuple[int, int]]:
+    """Inner spans of every balanced ``\\boxed{...}`` / ``\\fbox{...}`` in ``text[start:]``, in order (outermost
+    only).
 
     Unbalanced boxes and boxes nested deeper than ``max_depth`` braces are skipped. Linear in ``len(text)``
     for non-overlapping boxes.
     """
     spans: list[tuple[int, int]] = []
-    pos = 0
+    pos = start
     while True:
         m = _BOXED.search(text, pos)
         if m is None:
             return spans
-        depth, i, start = 1, m.end(), m.end()
+        depth, i, inner = 1, m.end(), m.end()
         too_deep = False
         while i < len(text) and depth:
             c = text[i]
@@ -150,7 +158,7 @@ def boxed_contents(text: str, max_depth: int = 64) -> list[tuple[int, int]]:
         if depth:  # unbalanced: nothing after can close it either
             return spans
         if not too_deep:
-            spans.append((start, i - 1))
+            spans.append((inner, i - 1))
         pos = i
 
 
@@ -173,9 +181,9 @@ class Answer:
     n_boxed: int = 0
 
 
-def extract_answer(text: str, parsed: Parsed) -> Answer | None:
+def extract_answer(text: str, parsed: Parsed, start: int = 0) -> Answer | None:
     """Strict extraction: the ``<final>`` block (its last ``\\boxed{}`` if it has one, else its whole text),
-    else the last ``\\boxed{}`` of the response; never a bare number from free text. None when neither exists.
+    else the last ``\\boxed{}`` of ``text[start:]``; never a bare number from free text. None when neither exists.
     """
     if parsed.final is not None:
         a, b = parsed.final
@@ -185,11 +193,46 @@ def extract_answer(text: str, parsed: Parsed) -> Answer | None:
             s, e = boxes[-1]
             return Answer(clean_answer(inner[s:e]), "final", a + s, a + e, len(boxes))
         return Answer(clean_answer(inner), "final", a, b, 0)
-    boxes = boxed_contents(text)
+    boxes = boxed_contents(text, start=start)
     if boxes:
         s, e = boxes[-1]
         return Answer(clean_answer(text[s:e]), "boxed", s, e, len(boxes))
     return None
+
+
+def format_verdict(parsed: Parsed, think: ThinkSplit, ans: Answer | None) -> str:
+    """The format of the answer after the think block: ``parsed.format``, but ``native`` for a reasoning model's
+    own output (a closed think block, then an answer in ``\\boxed{}`` and no step or final tag at all)."""
+    if parsed.format == FORMAT_MISSING and think.closed and ans is not None:
+        return FORMAT_NATIVE
+    return parsed.format
+
+
+def paragraph_steps(text: str, start: int = 0, answer_at: int | None = None) -> list[Step]:
+    """The paragraphs (blank-line separated, trailing whitespace trimmed) of ``text[start:]`` before the one that
+    holds the answer (its first step/final tag, else the answer at offset ``answer_at``), as steps 1..n: a step's
+    block and its text are the paragraph itself. Without tag and answer, every paragraph is a step."""
+    first_tag = _TAG.search(text, start)
+    end = min(first_tag.start() if first_tag else len(text), len(text) if answer_at is None else answer_at)
+    paragraphs = list(_PARAGRAPH.finditer(text, start, end))
+    if end < len(text) and paragraphs and not _BLANK_LINE.search(text, paragraphs[-1].end(), end):
+        paragraphs.pop()  # no blank line between it and the answer: it is the answer's paragraph
+    ends = [m.start() + len(m.group().rstrip()) for m in paragraphs]
+    return [Step(k, m.start(), e, m.start(), e) for k, (m, e) in enumerate(zip(paragraphs, ends, strict=True), 1)]
+
+
+def find_steps(
+    text: str, parsed: Parsed, think: ThinkSplit, ans: Answer | None, untagged: str
+) -> tuple[list[Step], str]:
+    """(steps, where they come from): the tagged steps (``tags``); without any, after a closed think block and
+    with ``untagged == "paragraphs"``, the answer's paragraphs before the answer (``paragraphs``); else none
+    (``none``)."""
+    if parsed.steps:
+        return parsed.steps, "tags"
+    if untagged == "paragraphs" and think.closed:
+        steps = paragraph_steps(text, think.end, ans.start if ans else None)
+        return steps, "paragraphs" if steps else "none"
+    return [], "none"
 
 
 _LATEX_CMD = re.compile(r"\\[A-Za-z]+")

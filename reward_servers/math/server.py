@@ -6,8 +6,14 @@ Per item (docs/ALGORITHMS.md "AIME rewards", Eq. 8 with the trainer's w_g = w_s 
     S_t = local_weight * e_s / |S|   for every character of step s's block (its tags included)
 
 b_format = format_bonus (+0.2) for a perfect format, format_penalty (-1.0) for mismatched tags, format_missing
-(-1.0) when the response has no step/final tags at all. |S| = number of parsed steps. The judge runs concurrently
+(-1.0) when the response has no step/final tags at all, format_native (0.0) for a reasoning model's own format
+(think block, then a ``\boxed{}`` answer and no tag). |S| = number of steps. The judge runs concurrently
 with the answer check; a judge failure drops the local spans, flags ``judge_unavailable`` and keeps G.
+
+Think block (``reward_servers.common.think``): only the text after it is parsed, extracted and judged; a response
+cut off inside it has no answer, format ``missing``, and a part ``think_truncated`` (-0.5): G = -1.5 by default,
+below every finished response (flag ``think_truncated``). Without step tags after a closed think block the
+answer's paragraphs are the steps (``untagged_steps``); the think block's own local signal is ``think_local``.
 
 Step judges: ``llm`` (any OpenAI-compatible endpoint, ``step_judge.py``) or ``rule`` (integer arithmetic chains,
 ``rule_judge.py``: the CPU ``toy_math`` task, no endpoint). Without math-verify (``math_verify=False``) no worker
@@ -20,19 +26,23 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from reward_servers.common.judge import JudgeClient, JudgeConfig, JudgeError
 from reward_servers.common.service import ItemResult, ScoreItem, Scorer, Span
+from reward_servers.common.think import split_think, think_spans
 from reward_servers.math import __version__
 from reward_servers.math.parsing import (
     FORMAT_MISSING,
+    FORMAT_NATIVE,
     FORMAT_OK,
     Answer,
     aime_ground_truth,
     as_int_literal,
     brace_depth,
     extract_answer,
+    find_steps,
+    format_verdict,
     in_aime_range,
     is_prose,
     parse_response,
@@ -44,6 +54,7 @@ from reward_servers.math.step_judge import STRATEGIES, judge_steps, load_prompts
 
 ANSWER_TYPES = ("auto", "aime", "math")
 JUDGE_KINDS = ("llm", "rule")
+UNTAGGED_STEPS = ("paragraphs", "none")  # steps of an answer without step tags after a closed think block
 
 
 @dataclass
@@ -55,6 +66,11 @@ class MathConfig:
     format_bonus: float = 0.2
     format_penalty: float = -1.0
     format_missing: float = -1.0
+    format_native: float = 0.0  # a closed think block, then a \boxed{} answer and no tag (a reasoning model's own)
+    think_opened: bool = False  # the chat template opens <think>: a response without </think> was cut off in it
+    think_local: float = 0.0  # local signal S on every character of the think block (0: none)
+    think_truncated_penalty: float = -0.5  # part think_truncated of a response cut off inside its think block
+    untagged_steps: str = "paragraphs"  # paragraphs | none: steps of an answer after </think> without step tags
     answer_type: str = "auto"  # auto | aime | math
     int_fast_path: bool = True  # plain integer literals compared without a worker round trip
     math_verify: bool = True  # False: no worker pool; only plain integer answers (AIME mode) can be correct
@@ -122,11 +138,29 @@ def precheck(ans: Answer, cfg: MathConfig, mode: str = "math") -> str | None:
 
 
 def format_score(fmt: str, cfg: MathConfig) -> float:
+    """b_format of a format verdict."""
     if fmt == FORMAT_OK:
         return cfg.format_bonus
     if fmt == FORMAT_MISSING:
         return cfg.format_missing
+    if fmt == FORMAT_NATIVE:
+        return cfg.format_native
     return cfg.format_penalty
+
+
+def think_settings(options: dict, cfg: MathConfig) -> MathConfig:
+    """``cfg`` with the per-request think knobs of ``options`` (``think_opened``, ``think_local``,
+    ``think_truncated_penalty``, ``untagged_steps``); raises ValueError for a bad one."""
+    out = replace(
+        cfg,
+        think_opened=bool(options.get("think_opened", cfg.think_opened)),
+        think_local=float(options.get("think_local", cfg.think_local)),
+        think_truncated_penalty=float(options.get("think_truncated_penalty", cfg.think_truncated_penalty)),
+        untagged_steps=options.get("untagged_steps", cfg.untagged_steps),
+    )
+    if out.untagged_steps not in UNTAGGED_STEPS:
+        raise ValueError(f"untagged_steps must be one of {UNTAGGED_STEPS}")
+    return out
 
 
 def step_spans(steps: list, scores: list[int], local_weight: float) -> list[Span]:
@@ -146,6 +180,7 @@ class MathScorer(Scorer):
             raise ValueError(f"strategy must be one of {STRATEGIES}")
         if self.cfg.judge_kind not in JUDGE_KINDS:
             raise ValueError(f"judge_kind must be one of {JUDGE_KINDS}")
+        think_settings({}, self.cfg)  # refuses a bad untagged_steps at start
         if not (self.cfg.math_verify or self.cfg.int_fast_path):
             raise ValueError("without math-verify only the integer fast path can check answers: keep int_fast_path")
         self.pool: WorkerPool | None = None
@@ -226,7 +261,7 @@ class MathScorer(Scorer):
 
     # ------------------------------------------------------------------ score
     async def score(self, item: ScoreItem, options: dict) -> ItemResult:
-        cfg = self.cfg
+        cfg = think_settings(options, self.cfg)
         strategy = options.get("strategy", cfg.strategy)
         window = int(options.get("window", cfg.window))
         use_judge = bool(options.get("judge", True)) and (self.judge is not None or self.rule_judge)
@@ -237,9 +272,12 @@ class MathScorer(Scorer):
             raise ValueError("without math-verify only integer (AIME-mode) ground truths can be scored")
 
         text = item.response
-        parsed = parse_response(text)
-        ans = extract_answer(text, parsed)
-        step_texts = [text[s.text_start : s.text_end] for s in parsed.steps]
+        think = split_think(text, cfg.think_opened)
+        parsed = parse_response(text, think.end)
+        ans = extract_answer(text, parsed, think.end)
+        steps, step_source = find_steps(text, parsed, think, ans, cfg.untagged_steps)
+        fmt = format_verdict(parsed, think, ans)
+        step_texts = [text[s.text_start : s.text_end] for s in steps]
 
         async def run_judge():
             if not use_judge or not step_texts:
@@ -263,6 +301,8 @@ class MathScorer(Scorer):
 
         if ans is not None and ans.n_boxed > 1:
             flags.append("multiple_boxed")
+        if think.truncated:
+            flags.append("think_truncated")
         info_judge: dict = {"strategy": strategy, "window": window} if use_judge else {"enabled": False}
         if use_judge and self.rule_judge:
             info_judge = {"kind": "rule", "strategy": strategy}
@@ -277,10 +317,12 @@ class MathScorer(Scorer):
             if unparseable:
                 flags.append("judge_unparseable")
             self.judge_stats["step_unparseable" if unparseable else "step_ok"] += 1
-            if len(parsed.steps) > cfg.max_steps_judged:
+            if len(steps) > cfg.max_steps_judged:
                 flags.append("steps_truncated")
 
-        parts = {"answer": cfg.answer_weight * float(correct), "format": format_score(parsed.format, cfg)}
+        parts = {"answer": cfg.answer_weight * float(correct), "format": format_score(fmt, cfg)}
+        if think.truncated:
+            parts["think_truncated"] = cfg.think_truncated_penalty
         steps_info = [
             {
                 "index": st.index,
@@ -289,7 +331,7 @@ class MathScorer(Scorer):
                 "score": scores[k] if scores is not None else None,
                 **({"verdict": judged[k].verdict} if scores is not None else {}),
             }
-            for k, st in enumerate(parsed.steps)
+            for k, st in enumerate(steps)
         ]
         info = {
             "answer": value,
@@ -297,12 +339,15 @@ class MathScorer(Scorer):
             "answer_source": ans.source if ans else None,
             "answer_type": mode,
             "correct": bool(correct),
-            "format": parsed.format,
+            "format": fmt,
             "format_problems": parsed.problems[:20],
             "steps": steps_info,
+            "step_source": step_source,
+            "think": think.info(),
             "judge": info_judge,
         }
-        local = step_spans(parsed.steps, scores, cfg.local_weight) if scores is not None else []
+        local = step_spans(steps, scores, cfg.local_weight) if scores is not None else []
+        local += think_spans(think, cfg.think_local)
         return ItemResult(score=sum(parts.values()), parts=parts, local=local, info=info, flags=flags)
 
     async def _answer_and_judge(self, ans, mode, gold, run_judge):
