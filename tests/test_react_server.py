@@ -24,6 +24,7 @@ from reward_servers.common.fake_judge import FakeJudge, Rule
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import ServerThread, create_app
 from reward_servers.react.config import ReactConfig
+from reward_servers.react.extract import extract
 from reward_servers.react.server import ReactScorer
 from reward_servers.react.worker import node_ready
 
@@ -403,6 +404,70 @@ def test_request_limits_and_token():
         item = r.json()["items"][0]
         assert item["info"]["compiled"] is True and "render_disabled" in item["flags"]
         assert httpx.get(srv.url + "/health", timeout=30).json()["browser"] == "disabled"
+
+
+# ------------------------------------------------------------------------------ a reasoning model's think block
+def thought(text: str) -> str:
+    """A closed think block holding `text`, as a reasoning model writes it before its answer."""
+    return f"<think>\n{text}\n</think>\n\n"
+
+
+# name -> (think block, answer): the answer's component is scored as it is without the block
+THINK_CLOSED = {
+    # a longer draft component in the block (it would win the longest-fence rule): the answer's is scored, and its
+    # line penalties (lint_issues has some) fall after </think>
+    "longer draft": (thought("A first draft:\n" + fixture("landing_page")), fixture("lint_issues")),
+    # a line of the block that starts like code, then an unfenced component: raw extraction starts after </think>
+    "raw after think": (thought("const plan = a toggle button;\nimport nothing yet"), fixture("raw_component")),
+    "mentions fences": (thought("I'll answer in a ```jsx fence with export default."), fixture("counter_tsx")),
+    "template opened think": ("The user wants a todo app.</think>\n", fixture("todo_app")),
+}
+THINK_CUT = {"cut off in a fence": "<think>\nDraft:\n" + fixture("truncated_fence"),
+             "cut off in prose": "<think>\nI will build a counter with useState and a button that"}
+
+
+@pytest.fixture(scope="module")
+def think_results(server):
+    """Verdicts of THINK_CLOSED, THINK_CUT and a finished component with a syntax error, in one batch."""
+    items = [{"id": n, "response": b + a} for n, (b, a) in THINK_CLOSED.items()]
+    items += [{"id": n, "response": r} for n, r in THINK_CUT.items()]
+    items.append({"id": "syntax error", "response": fixture("syntax_error")})
+    return {o["id"]: o for o in score(server, items)}
+
+
+@pytest.mark.parametrize("name", list(THINK_CLOSED))
+def test_the_component_after_the_think_block_is_scored(think_results, name):
+    block, answer = THINK_CLOSED[name]
+    res, alone = think_results[name], extract(answer)
+    check_contract(res, block + answer)
+    assert res["info"]["think"] == {"state": "closed", "end": len(block.rstrip("\n"))}
+    assert res["info"]["compiled"] is True and res["info"]["extraction"]["source"] == alone.source
+    assert (res["info"]["code_start"], res["info"]["code_end"]) == (len(block) + alone.start, len(block) + alone.end)
+    assert all(s["start"] >= res["info"]["think"]["end"] for s in res["local"])
+    assert bool(res["local"]) is (name == "longer draft")  # lint_issues' line penalties, on the answer only
+
+
+def test_a_response_cut_off_in_its_think_block_scores_no_higher_than_a_broken_component(think_results, server):
+    broken = think_results["syntax error"]["global"]
+    assert broken == {"score": -1.5, "parts": {"compile": -1.0, "eslint": -0.5}}
+    for name, response in THINK_CUT.items():
+        res = think_results[name]
+        assert res["global"] == {"score": -1.5, "parts": {"think_truncated": -1.5}}, name
+        assert res["flags"] == ["think_truncated"] and res["local"] == []
+        assert res["info"]["think"] == {"state": "truncated", "end": len(response)}
+        assert res["info"]["compiled"] is False and res["global"]["score"] <= broken["score"]
+    vlm = score(server, [{"response": THINK_CUT["cut off in prose"]}], {"vlm_judge": True})[0]
+    assert vlm["global"]["parts"] == {"think_truncated": -1.5, "vlm_judge": -0.3}  # no screenshot, as a broken one
+
+
+def test_think_knobs_per_request(server):
+    block, answer = THINK_CLOSED["mentions fences"]
+    plain = "I will write a counter with useState"
+    out = score(server, [{"id": 1, "response": block + answer}, {"id": 2, "response": plain}],
+                {"think_local": -0.05, "think_opened": True})
+    assert out[0]["local"] == [{"start": 0, "end": len(block.rstrip("\n")), "value": -0.05}]
+    assert out[1]["global"]["score"] == -1.5 and out[1]["local"] == [{"start": 0, "end": len(plain), "value": -0.05}]
+    assert score(server, [{"response": plain}])[0]["global"] == {"score": -0.3, "parts": {"not_component": -0.3}}
 
 
 # --------------------------------------------------------------------------------------------------- judges

@@ -34,6 +34,10 @@ class ReactConfig:
     eslint_fatal: float = -0.5
     eslint_error: float = -0.1
     eslint_warning: float = -0.02
+    # think block (a reasoning model's <think> ... </think>; reward_servers/common/think.py)
+    think_opened: bool = False  # the chat template ends the prompt with <think>: no </think> = cut off inside it
+    think_local: float = 0.0  # local signal S on every character of the think block (0: none)
+    think_truncated_score: float = -1.5  # part think_truncated: G of a response cut off inside its think block
     # local reward
     decay_window: int = 3  # w in phi(d) = max(0, 1 - d/(w+1))
     compiler_line_penalty: float = -1.0
@@ -72,7 +76,8 @@ PER_CALL = {
     "lint", "render", "render_timeout_s", "settle_ms", "return_screenshot", "compile_failure_penalty",
     "not_component_score", "vlm_failure_score", "eslint_fatal", "eslint_error", "eslint_warning", "decay_window",
     "compiler_line_penalty", "compiler_line_normalize", "llm_line_impacts", "vlm_line_impacts", "llm_judge",
-    "vlm_judge", "vlm_local",
+    "vlm_judge", "vlm_local", "think_opened", "think_local",
+    "think_truncated_score",
 }
 
 

@@ -9,6 +9,8 @@ Rules (documented in README.md):
   (import/export/function/const/let/var/class/"use client") to the end (trailing whitespace dropped).
 - "Looks like a component": JSX or createElement, and a default export or a capitalised
   function/const/class declaration. Otherwise the item gets the not-a-component sentinel.
+- Only the answer is searched: ``extract(response, start)`` reads ``response[start:]`` (the text after a
+  reasoning model's think block, ``reward_servers.common.think``); offsets stay offsets into ``response``.
 """
 
 from __future__ import annotations
@@ -75,7 +77,16 @@ def _fenced_blocks(text: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def extract(response: str) -> Extraction:
+def extract(response: str, start: int = 0) -> Extraction:
+    """The component of ``response[start:]`` (rules: the module docstring), offsets into ``response``."""
+    ex = _extract(response[start:])
+    ex.start += start
+    ex.end += start
+    return ex
+
+
+def _extract(response: str) -> Extraction:
+    """The component of ``response`` (rules: the module docstring)."""
     if not response or not response.strip():
         return Extraction(reason="empty response")
     blocks = [b for b in _fenced_blocks(response) if b[0] in CODE_LANGS]

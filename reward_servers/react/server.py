@@ -1,5 +1,8 @@
 """The React reward scorer: extract -> bundle + lint (persistent Node workers) -> render (warm Chromium) ->
-LLM / VLM judges -> global parts and local line spans (docs/REWARD_API.md, docs/ALGORITHMS.md "React rewards")."""
+LLM / VLM judges -> global parts and local line spans (docs/REWARD_API.md, docs/ALGORITHMS.md "React rewards").
+
+A reasoning model's think block (``reward_servers.common.think``) is never searched for the component; a response
+cut off inside it gets ``think_truncated_score`` (flag ``think_truncated``)."""
 
 from __future__ import annotations
 
@@ -13,10 +16,11 @@ from typing import Any
 
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import ItemResult, ScoreItem, Scorer, add_common_args, serve
+from reward_servers.common.think import split_think, think_spans
 
 from . import scoring
 from .config import ReactConfig, add_args, from_args, impacts
-from .extract import extract
+from .extract import Extraction, extract
 from .judges import ReactJudges
 from .worker import NodeWorker, WorkerError, WorkerPool, node_ready
 
@@ -150,15 +154,25 @@ class ReactScorer(Scorer):
 
     # --------------------------------------------------------------------- score
     async def score(self, item: ScoreItem, options: dict) -> ItemResult:
+        """Score the component after the response's think block; the think block gets ``think_local``."""
         cfg = self.cfg.with_options(options)
         self.counters["items"] += 1
-        response = item.response
-        ex = extract(response)
+        think = split_think(item.response, cfg.think_opened)
+        ex = extract(item.response, think.end)
         info: dict[str, Any] = {
             "code_start": ex.start, "code_end": ex.end, "compiled": False, "rendered": False, "bundled": False,
-            "diagnostics": [], "lint": [], "runtime_errors": [], "judge": {},
+            "diagnostics": [], "lint": [], "runtime_errors": [], "judge": {}, "think": think.info(),
             "extraction": {"source": ex.source, "lang": ex.lang, "blocks": ex.blocks, "notes": ex.notes},
         }
+        if think.truncated:
+            result = truncated_result(cfg, info, cfg.vlm_judge and self.judges.vlm_client is not None)
+        else:
+            result = await self._score_component(item, cfg, ex, info)
+        result.local += think_spans(think, cfg.think_local)
+        return result
+
+    async def _score_component(self, item: ScoreItem, cfg: ReactConfig, ex: Extraction, info: dict) -> ItemResult:
+        """The verdict of the extracted component ``ex`` (``info``: the item's info so far, completed here)."""
         if not ex.is_component:
             info["extraction"]["reason"] = ex.reason
             s = cfg.not_component_score
@@ -252,6 +266,17 @@ class ReactScorer(Scorer):
         if not compiled:
             flags.append("compile_failed")
         return ItemResult(score=float(sum(parts.values())), parts=parts, local=local, info=info, flags=flags)
+
+
+def truncated_result(cfg: ReactConfig, info: dict, use_vlm: bool) -> ItemResult:
+    """A response cut off inside its think block: part ``think_truncated`` (``think_truncated_score``, as low as a
+    finished component with a syntax error), and ``vlm_judge``'s no-screenshot score when the VLM judge is on, as
+    any component that does not compile gets; nothing to compile, lint or judge, no spans."""
+    info["extraction"]["reason"] = "cut off inside the think block"
+    parts = {"think_truncated": cfg.think_truncated_score}
+    if use_vlm:
+        parts["vlm_judge"] = cfg.vlm_failure_score
+    return ItemResult(score=float(sum(parts.values())), parts=parts, info=info, flags=["think_truncated"])
 
 
 def main(argv: list[str] | None = None) -> None:
