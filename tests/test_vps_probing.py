@@ -60,6 +60,18 @@ def test_reasoning_length_stops_before_the_answer_marker(tokenizer):
     assert reasoning_length(tokenizer, ids, "") == len(ids)
 
 
+def test_reasoning_length_looks_for_the_marker_after_the_think_block(tokenizer):
+    """A `<final>` or `\\boxed{` drafted inside `<think> ... </think>` does not end the reasoning region; a response
+    cut off inside its think block is reasoning to its end."""
+    think = "<think>draft <final>5</final> or \\boxed{5}, check 3+4=7</think>\n\n"
+    for marker, answer in (("<final>", "<final>5</final>"), ("\\boxed{", "\\boxed{5}")):
+        ids = tokenizer.encode(think + "7-2=5\n\n" + answer, add_special_tokens=False)
+        n = reasoning_length(tokenizer, ids, marker)
+        assert tokenizer.decode(ids[:n]) == think + "7-2=5\n\n"  # the region: the think block and the steps after it
+        cut = tokenizer.encode(think[: think.index("</think>")], add_special_tokens=False)
+        assert reasoning_length(tokenizer, cut, marker) == len(cut)  # cut off inside the block: all reasoning
+
+
 def test_surprisal_cuts_by_hand():
     # surprisals 0.1 except tokens 3 (5.0), 4 (4.0), 9 (3.0), 12 (6.0) and 1 (9.0, closer than min_gap to the start)
     lp = [-0.1] * 16

@@ -3,10 +3,12 @@
 After a rollout is generated, the agent loop (`verl_bot.agent_loop`) calls `probe_rollout`:
 
 1. cuts: tau_0 = 0 plus up to `max_cuts` token positions of the reasoning region (the response before its
-   answer marker, e.g. `<final>`), at least `min_gap` tokens apart and from the start. `surprisal` (default)
-   ranks the region's tokens by surprisal -log p (the rollout's own sampled-token log-probs: a free proxy of the
-   entropy), keeps the top `cut_quantile` of them as candidates and takes them greedily, highest first, where
-   they keep the gap; `uniform` spaces the cuts evenly. A cut at t
+   answer marker, e.g. `<final>`, looked for only after a reasoning model's think block: a marker drafted or
+   mentioned inside `<think> ... </think>` does not end the region, and a response cut off inside its think
+   block is reasoning to its end; `reward_servers.common.think`), at least `min_gap` tokens apart and from the
+   start. `surprisal` (default) ranks the region's tokens by surprisal -log p (the rollout's own sampled-token
+   log-probs: a free proxy of the entropy), keeps the top `cut_quantile` of them as candidates and takes them
+   greedily, highest first, where they keep the gap; `uniform` spaces the cuts evenly. A cut at t
    probes the prefix y_{<t}: the high-surprisal (forking) token opens the next segment.
 2. probe k = prompt + response[:tau_k] + template prefix + answer + template suffix (e.g. `\\n\\n<final>` +
    `42` + `</final>`). The answer and the suffix are the scored tokens (the suffix stops "12" from counting
@@ -42,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from reward_servers.common.think import split_think
 from verl_bot.advantage.vps import VPSSettings
 from verl_bot.errors import VerlBotConfigError
 
@@ -126,13 +129,15 @@ def answer_probe(tokenizer: Any, template: str, answer: str) -> AnswerProbe:
 
 
 def reasoning_length(tokenizer: Any, response_ids: Sequence[int], marker: str) -> int:
-    """Tokens before the answer region: the index of the token that writes the first `marker` character.
+    """Tokens before the answer region: the index of the token that writes the first `marker` character after the
+    response's think block (`reward_servers.common.think.split_think`; the whole response when there is none).
 
-    len(response_ids) when the marker is absent (or empty). Binary search over prefix decodes (O(log n) decodes).
+    len(response_ids) when the marker is absent there (or empty). Binary search over prefix decodes (O(log n)
+    decodes).
     """
     ids = list(response_ids)
     text = tokenizer.decode(ids, skip_special_tokens=False)
-    pos = text.find(marker) if marker else -1
+    pos = text.find(marker, split_think(text).end) if marker else -1
     if pos < 0:
         return len(ids)
     lo, hi = 1, len(ids)  # smallest m with len(decode(ids[:m])) > pos
