@@ -132,8 +132,10 @@ def test_worker_scores_dense_and_dense_vector_reaches_compute_advantage(tiny_mod
     assert min(hello) < max(hello)
     assert outputs[1]["reward_extra_info"]["score"] == pytest.approx(2 * (1 - 3 / 10) - 1)
     assert set(outputs[0]["reward_extra_info"]) == {
-        "score", "clean", "scorer_failed", "scorer_error", "scorer_error_msg", "flags", "solved", "acc"
+        "score", "clean", "scorer_failed", "scorer_error", "scorer_error_msg", "flags", "solved", "acc", "local_signal"
     }
+    # a local signal on some token: the responses with a vowel (toy_lint puts its spans on them)
+    assert [o["reward_extra_info"]["local_signal"] for o in outputs] == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
     assert [o["reward_extra_info"]["solved"] for o in outputs] == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert [o["reward_extra_info"]["acc"] for o in outputs] == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert [o["reward_extra_info"]["flags"] for o in outputs] == ["", "", "", "empty", "", ""]

@@ -29,6 +29,7 @@ from tests.conftest import compose_verl_config, free_port
 from tests.test_reward_manager import make_batch, worker_for
 from verl_bot.cpu import toy_math as task
 from verl_bot.rewards.manager import manager_settings
+from verl_bot.rewards.metrics import training_reward_metrics
 from verl_bot.rewards.noise import LocalNoise
 from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorer, build_scorers
 from verl_bot.rewards.spans import char_values, token_char_spans, token_local_values
@@ -246,6 +247,37 @@ def test_server_with_rule_judge_gives_the_builtin_verdict(rule_server):
     assert served[14]["error"] is not None
 
 
+THINK_NATIVE = "<think>3+4 is 7 and 7-2 is 5.</think>\n\n3+4=7\n\n7-2=5\n\nSo \\boxed{5}"
+
+
+def test_rule_judge_on_a_reasoning_models_output(rule_server):
+    """The think block is skipped (its draft steps would be -1); a native answer's paragraphs are judged by the rule
+    judge as steps; a response cut off inside its think block has no answer. Same verdicts in-process."""
+    cases = {
+        "native": THINK_NATIVE,
+        "drafts": "<think><step 1>3+4=8</step 1><final>6</final></think>\n\n" + steps("3+4=7", "7-2=5"),
+        "cut": "<think>3+4=7 so \\boxed{5}",
+    }
+    items = [{"id": k, "prompt": PROMPT, "response": r, "ground_truth": "5"} for k, r in cases.items()]
+    answer = requests.post(rule_server + "/score", json={"items": items}, timeout=60).json()
+    served = {o.pop("id"): o for o in answer["items"]}
+    for name, response in cases.items():
+        local = score(response)
+        local.pop("id")
+        assert json.loads(json.dumps(local)) == served[name], name
+    native = served["native"]
+    assert THINK_NATIVE[39:44] == "3+4=7" and THINK_NATIVE[46:51] == "7-2=5"
+    assert native["global"] == {"score": 3.0, "parts": {"answer": 3.0, "format": 0.0}}
+    assert native["info"]["format"] == "native" and native["info"]["step_source"] == "paragraphs"
+    assert spans_of(native) == [(39, 44, 0.25), (46, 51, 0.25)]
+    drafts = served["drafts"]
+    assert drafts["global"]["score"] == pytest.approx(3.2) and [s["score"] for s in drafts["info"]["steps"]] == [1, 1]
+    assert spans_of(drafts) == [(55, 77, 0.25), (79, 101, 0.25)]
+    assert cases["drafts"][55:77] == "<step 1>3+4=7</step 1>"
+    cut = served["cut"]
+    assert cut["global"]["score"] == -1.5 and cut["local"] == [] and "think_truncated" in cut["flags"]
+
+
 def test_cli_refuses_a_rule_judge_with_an_endpoint():
     res = subprocess.run(
         [sys.executable, "-m", "reward_servers.math", "--judge", "rule", "--judge-base-url", "http://x/v1"],
@@ -352,8 +384,10 @@ def test_toy_math_through_verls_reward_loop_with_streams_and_noise(tiny_model_di
     noisy = asyncio.run(noisy_worker.compute_score_batch(data))
     assert [o["reward_extra_info"]["solved"] for o in clean] == [1.0, 0.0, 0.0]
     assert [o["reward_extra_info"]["score"] for o in clean] == pytest.approx([3.2, 0.2, -1.0])
-    keys = {"score", "answer", "format", "scorer_failed", "scorer_error", "scorer_error_msg", "flags", "solved", "acc"}
+    keys = {"score", "answer", "format", "scorer_failed", "scorer_error", "scorer_error_msg", "flags", "solved", "acc",
+            "local_signal"}
     assert set(clean[0]["reward_extra_info"]) == keys
+    assert [o["reward_extra_info"]["local_signal"] for o in clean] == [1.0, 1.0, 0.0]  # "no idea": no step, no S
     for out, ids, text in zip(clean, rows, responses, strict=True):
         streams = out["reward_score"]["streams"]
         assert streams["outcome"][-1] == out["reward_extra_info"]["solved"]
@@ -368,6 +402,23 @@ def test_toy_math_through_verls_reward_loop_with_streams_and_noise(tiny_model_di
         np.testing.assert_allclose(b["reward_score"]["streams"]["local"], flipped)
         assert b["reward_extra_info"] == a["reward_extra_info"]
     assert min(clean[1]["reward_score"]["streams"]["local"]) == pytest.approx(-0.25)
+
+
+def test_a_reasoning_models_rollouts_show_in_the_step_metrics(tiny_model_dir, tokenizer):
+    """verl's reward loop, the `bot` manager, toy_math: a rollout cut off inside its think block is flagged, and
+    arrives as `reward/flag/think_truncated/mean`; `reward/local_signal/mean` is the share of rollouts with any S_t
+    (a native answer with steps before it: 1; cut off: 0; a native answer alone, no step: 0)."""
+    responses = [THINK_NATIVE, "<think>3+4=7 so \\boxed{5}", "<think>3+4=7, 7-2=5</think>\n\n\\boxed{5}"]
+    worker, _ = worker_for(tiny_model_dir)
+    data, _ = toy_math_batch(tokenizer, responses, ["a", "a", "a"])
+    infos = [o["reward_extra_info"] for o in asyncio.run(worker.compute_score_batch(data))]
+    assert [i["score"] for i in infos] == pytest.approx([3.0, -1.5, 3.0])
+    assert [i["flags"] for i in infos] == ["", "no_answer,think_truncated", ""]
+    assert [i["local_signal"] for i in infos] == [1.0, 0.0, 0.0]
+    metrics = training_reward_metrics([{"reward_extra_info": i} for i in infos])
+    assert metrics["reward/flag/think_truncated/mean"] == pytest.approx(1 / 3)
+    assert metrics["reward/local_signal/mean"] == pytest.approx(1 / 3)
+    assert metrics["reward/think_truncated/mean"] == pytest.approx(-0.5 / 3)
 
 
 # ----------------------------------------------------------------------------------------------- data script

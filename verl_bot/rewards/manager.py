@@ -48,6 +48,11 @@ failure's message, "" if none), `flags` (the verdict's flags, comma-joined), and
 failed scorer) and `overlong` when the shaping is on -> verl metrics
 `reward/<key>/mean` and `reward/flag/<name>/mean` (`verl_bot.rewards.metrics`);
 `acc` makes verl's `val-core/<data_source>/acc/mean@N` the accuracy / compile rate.
+With dense rewards (`token_level`) also `local_signal`: 1 when at least one token of
+the response gets a non-zero local signal S_t, else 0 (a failed scorer: 0) ->
+`reward/local_signal/mean`, the share of rollouts that carry any local signal: 0
+means `bot` trains on G alone there, as GRPO would (e.g. a reasoning model's answer
+the math server found no steps in).
 
 A configuration error (no scorer for the row's `data_source`, a reward server
 refusing the credentials) is not raised here (verl would tag the group failed
@@ -70,7 +75,7 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
-from verl_bot.rewards.metrics import FLAGS_KEY
+from verl_bot.rewards.metrics import FLAGS_KEY, LOCAL_SIGNAL_KEY
 from verl_bot.rewards.scorers import ScorerNotConfigured, build_scorers
 from verl_bot.rewards.settings import manager_settings
 from verl_bot.rewards.spans import token_char_spans
@@ -220,6 +225,7 @@ class BoTRewardManager(RewardManagerBase):
         if not self.settings["token_level"]:
             return {"reward_score": self.settings["w_global"] * score, "reward_extra_info": extra}
         local = clip_local(local_token_values(verdict["local"], token_spans, len(text)), self.settings["local_clip"])
+        extra[LOCAL_SIGNAL_KEY] = float(np.any(local != 0))
         token_rewards = compose_token_rewards(
             score, local, self.settings["w_global"], self.settings["w_local"]
         ).tolist()

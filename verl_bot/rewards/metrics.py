@@ -7,6 +7,9 @@
   `render_timeout`, `steps_truncated`, ...) -> `reward/flag/<name>/mean`,
   the share of rollouts carrying each flag;
 - strings other than `flags` (the scorer's error message) are not metrics.
+
+`local_signal` (the manager's, with dense rewards) thus becomes `reward/local_signal/mean`: the share of the
+step's rollouts whose tokens carry any non-zero local signal S_t.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import numpy as np
 
 FLAGS_KEY = "flags"
+LOCAL_SIGNAL_KEY = "local_signal"  # 1.0 when any token of the response has S_t != 0 (`verl_bot.rewards.manager`)
 
 
 def _info(extra: Any) -> dict:

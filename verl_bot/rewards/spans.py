@@ -8,7 +8,9 @@ so it is right for any tokenizer whose decoding is prefix-consistent (byte-level
 BPE as in Qwen/SmolLM/Phi, SentencePiece):
 
 - text = `tokenizer.decode(ids, skip_special_tokens=True)`: the same text the
-  scorer sees;
+  scorer sees, except that think tags (`<think>`, `</think>`) a tokenizer marks
+  special are kept: the reward servers find a reasoning model's think block by
+  them (`reward_servers.common.think`);
 - token i covers the characters that decoding `ids[: i + 1]` added to decoding
   `ids[: i]` (computed incrementally over a short window, O(n); checked against
   the full decode, with an exact O(n^2) fallback);
@@ -29,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+from reward_servers.common.think import THINK_CLOSE, THINK_OPEN
 
 REPLACEMENT_CHAR = "\ufffd"
 _WINDOW = 6  # tokens of left context when decoding one token (enough for merges across token edges)
@@ -65,6 +69,26 @@ def _exact_ends(decode: Callable[[Sequence[int]], str], ids: Sequence[int]) -> l
     return ends
 
 
+def text_decoder(tokenizer) -> Callable[[Sequence[int]], str]:
+    """ids -> `tokenizer.decode(ids, skip_special_tokens=True)`, but with the think tags the tokenizer marks special
+    written out (each special think tag splits the ids; the pieces between are decoded as usual)."""
+    kept = {
+        i: t.content
+        for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items()
+        if t.content in (THINK_OPEN, THINK_CLOSE) and getattr(t, "special", False)
+    }
+
+    def decode(window: Sequence[int]) -> str:
+        pieces, start = [], 0
+        for k, i in enumerate(window):
+            if i in kept:
+                pieces += [tokenizer.decode(list(window[start:k]), skip_special_tokens=True), kept[i]]
+                start = k + 1
+        return "".join([*pieces, tokenizer.decode(list(window[start:]), skip_special_tokens=True)]) if window else ""
+
+    return decode
+
+
 def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, np.ndarray]:
     """Decode `ids` and return the text and each token's character span in it.
 
@@ -73,14 +97,11 @@ def token_char_spans(tokenizer, ids: Sequence[int]) -> tuple[str, np.ndarray]:
         ids: the response token ids (no padding).
 
     Returns:
-        text: `tokenizer.decode(ids, skip_special_tokens=True)`.
+        text: `tokenizer.decode(ids, skip_special_tokens=True)`, special think tags kept (`text_decoder`).
         spans: (n, 2) int64 array of `[start, end)` character offsets per token.
     """
     ids = [int(i) for i in ids]
-
-    def decode(window: Sequence[int]) -> str:
-        return tokenizer.decode(list(window), skip_special_tokens=True) if window else ""
-
+    decode = text_decoder(tokenizer)
     text = decode(ids)
     ends = _incremental_ends(decode, ids)
     if not ends or ends[-1] != len(text):
