@@ -261,6 +261,7 @@ class MathScorer(Scorer):
 
     # ------------------------------------------------------------------ score
     async def score(self, item: ScoreItem, options: dict) -> ItemResult:
+        """Eq. 8 verdict of the answer after the response's think block (module docstring)."""
         cfg = think_settings(options, self.cfg)
         strategy = options.get("strategy", cfg.strategy)
         window = int(options.get("window", cfg.window))
