@@ -44,6 +44,9 @@ Refused:
   distillation (whose loss does not receive the knobs). The `reco` loss with one
   mini-batch and one epoch per step is not refused but warned about: its token
   weight is 1 on the first mini-batch of every step, so it changes nothing.
+- a LongRoPE model (Phi-3/Phi-4) with distinct short and long factors whose rollout
+  and trainer would rotate with different ones (`verl_bot.families`): the rollout
+  would sample another policy than the one trained;
 - a local model folder (`actor_rollout_ref.model.path`, or its `tokenizer_path`)
   whose tokenizer has no chat template while `custom_chat_template` is unset:
   verl's dataset and agent loop format every prompt with it (found from the
@@ -70,6 +73,7 @@ from verl_bot.advantage import estimator_spec
 from verl_bot.advantage import reco as reco_weights
 from verl_bot.advantage.vps import AGENT_LOOP
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.families import longrope_problem, read_hf_config
 from verl_bot.losses import loss_name
 from verl_bot.losses import reco as reco_loss
 from verl_bot.probing import answer_text, probe_params
@@ -279,6 +283,22 @@ def chat_template_problem(model: Any) -> str | None:
     return chat_template_message(path)
 
 
+def rope_problem(config: Any) -> str | None:
+    """Why the rollout and the trainer would rotate the model's sequences differently (a LongRoPE model with
+    distinct factors: `verl_bot.families.longrope_problem`), or None; a model whose config cannot be read here is
+    left to verl."""
+    path = str((config.actor_rollout_ref.get("model") or {}).get("path", "") or "")
+    hf_config = read_hf_config(path) if path else None
+    if hf_config is None:
+        return None
+    rollout = config.actor_rollout_ref.rollout
+    data = config.data
+    return longrope_problem(
+        hf_config, model=path, rollout=str(rollout.get("name", "")), max_model_len=rollout.get("max_model_len"),
+        max_sequence=int(data.get("max_prompt_length", 0)) + int(data.get("max_response_length", 0)),
+    )
+
+
 def chat_template_message(path: str) -> str:
     """What is wrong and the fix, for a tokenizer without a chat template (this check's and the `hf` rollout's,
     which asks the loaded tokenizer where no local folder can be read)."""
@@ -304,7 +324,7 @@ def check_config(config: Any) -> None:
         raise VerlBotConfigError(problem)
     if spec is None and not bot_manager and loss_name(config) is None:
         return
-    problem = chat_template_problem(config.actor_rollout_ref.get("model") or {})
+    problem = chat_template_problem(config.actor_rollout_ref.get("model") or {}) or rope_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
     if not config.trainer.get("use_v1", True):

@@ -2,7 +2,8 @@
 
 `supervised(model, tokenizer, examples, ...)` trains `model` in place on (prompt, response) pairs drawn by
 `examples(rng)` for each step: each example is the chat-templated prompt (as verl renders it:
-`add_generation_prompt=True`) followed by the response and the EOS token; the loss is the mean cross-entropy
+`add_generation_prompt=True`, with the run's template options) followed by the response and the token that ends
+a response (the EOS token, or the family's end of turn); the loss is the mean cross-entropy
 over the response and EOS tokens. Deterministic for the seed (the pairs, the batch order and the torch RNG),
 single-threaded (a 100k-parameter model gains nothing from more threads; on a loaded machine two are ~10x
 slower). Used by `verl_bot.cpu.toy_math` and `verl_bot.cpu.toy_react`.
@@ -21,9 +22,12 @@ def supervised(
     seed: int,
     steps: int,
     lr: float,
+    template_kwargs: dict | None = None,
+    end_token_id: int | None = None,
 ) -> list[float]:
     """Train `model` for `steps` AdamW steps on `examples(rng)` batches (warm-up 20 steps, linear decay); returns
-    the loss of every step."""
+    the loss of every step. `template_kwargs`: the chat template's options verl renders the prompts with (e.g.
+    SmolLM3's `enable_thinking`); `end_token_id`: the token that ends a response (default: the tokenizer's EOS)."""
     import torch
 
     threads = torch.get_num_threads()
@@ -36,7 +40,7 @@ def supervised(
         model.train()
         losses = []
         for _ in range(steps):
-            loss = model(**_batch(tokenizer, examples(rng))).loss
+            loss = model(**_batch(tokenizer, examples(rng), template_kwargs or {}, end_token_id)).loss
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -49,19 +53,20 @@ def supervised(
         torch.set_num_threads(threads)
 
 
-def _batch(tokenizer, pairs: list[tuple[str, str]]) -> dict:
+def _batch(tokenizer, pairs: list[tuple[str, str]], template_kwargs: dict, end_token_id: int | None) -> dict:
     """input_ids / attention_mask / labels (prompt tokens and padding masked with -100), right-padded."""
     import torch
 
     prompts = tokenizer(
         [
-            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False,
+                                          **template_kwargs)
             for p, _ in pairs
         ],
         add_special_tokens=False,
     )["input_ids"]
     answers = tokenizer([r for _, r in pairs], add_special_tokens=False)["input_ids"]
-    eos = tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id if end_token_id is None else end_token_id
     ids = [q + a + [eos] for q, a in zip(prompts, answers, strict=True)]
     labels = [[-100] * len(q) + a + [eos] for q, a in zip(prompts, answers, strict=True)]
     width = max(len(x) for x in ids)

@@ -26,6 +26,7 @@ come from the same generator as the training data (some 60,000 chains of 2-4 ope
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,42 @@ def tokenizer_corpus(count: int = 64, seed: int = 0) -> list[str]:
     return out
 
 
+# A reasoning family's output (`Family.thinks`, Phi-4-mini-reasoning): a think block, then the answer
+NATIVE_SHARE = 0.3  # answers in the native style, `\boxed{v}` without step tags (the rest: tags, as asked)
+DRAFT_SHARE = 0.3  # think blocks that hold a draft of a tagged step, or of a boxed answer
+LONG_THINK_SHARE = 0.15  # think blocks long enough to be cut off at the smokes' length cap (160 tokens)
+
+
+def thought(answer: str, rng: random.Random) -> str:
+    """The think block's text for a problem whose worked solution is `answer`: its operations in a line, as the
+    answer states them; sometimes with a draft of its first step tag or of its boxed answer, sometimes run on long
+    enough to be cut off at the smokes' length cap."""
+    steps = [re.sub(r"</?step \d+>", "", line) for line in answer.split(STEP_SEPARATOR)[:-1]]
+    lines = [", then ".join(steps) + "."]
+    draw = rng.random()
+    if draw < DRAFT_SHARE / 2:
+        lines.append(f"Draft: {answer.split(STEP_SEPARATOR)[0]}")
+    elif draw < DRAFT_SHARE:
+        lines.append(f"So maybe \\boxed{{{FINAL.search(answer).group(1)}}}.")
+    if rng.random() < LONG_THINK_SHARE:
+        lines += ["Let me check again."] * 16
+    return "\n\n".join(lines)
+
+
+def respond(problem: Problem, rng: random.Random, error_rate: float, family=None) -> str:
+    """A worked solution in `family`'s output style (`verl_bot.families.Family`; None: the tagged solution)."""
+    answer = solution(problem, rng, error_rate)
+    if family is None or not family.thinks:
+        return answer
+    think = thought(answer, rng)
+    if rng.random() < NATIVE_SHARE:
+        answer = f"The answer is \\boxed{{{FINAL.search(answer).group(1)}}}."
+    return family.respond(think, answer)
+
+
+FINAL = re.compile(r"<final>(.*?)</final>")
+
+
 def warm_start(
     model,
     tokenizer,
@@ -121,18 +158,24 @@ def warm_start(
     min_ops: int = MIN_OPS,
     max_ops: int = MAX_OPS,
     prompt_template: str = "{problem}",
+    family=None,
+    template_kwargs: dict | None = None,
+    end_token_id: int | None = None,
 ) -> dict:
     """Supervised pre-training of `model` in place on worked solutions with wrong steps (see the module docstring;
     the loop is `verl_bot.cpu.pretrain.supervised`). Deterministic for `seed` (problems, injected errors, batch
     order and the torch RNG). `prompt_template`: the user message around the problem ("Compute 3+4-2."), e.g.
-    the AIME recipes' instruction (`prompt_template_of`). Returns a summary (final loss, settings)."""
+    the AIME recipes' instruction (`prompt_template_of`). `family` (`verl_bot.families.Family`), `template_kwargs`,
+    `end_token_id`: a family's output style (`respond`), template options and end of turn. Returns a summary
+    (final loss, settings)."""
     from verl_bot.cpu.pretrain import loss_summary, supervised
 
     def examples(rng: random.Random) -> list[tuple[str, str]]:
         batch = [sample_problem(rng, min_ops, max_ops) for _ in range(batch_size)]
-        return [(prompt_template.format(problem=p.prompt), solution(p, rng, error_rate)) for p in batch]
+        return [(prompt_template.format(problem=p.prompt), respond(p, rng, error_rate, family)) for p in batch]
 
-    losses = supervised(model, tokenizer, examples, seed=seed, steps=steps, lr=lr)
+    losses = supervised(model, tokenizer, examples, seed=seed, steps=steps, lr=lr, template_kwargs=template_kwargs,
+                        end_token_id=end_token_id)
     return {
         "task": "toy_math",
         "seed": seed,
@@ -142,6 +185,7 @@ def warm_start(
         "error_rate": error_rate,
         "ops": [min_ops, max_ops],
         **({"prompt_template": prompt_template} if prompt_template != "{problem}" else {}),
+        **({"style": "think, then the answer"} if family is not None and family.thinks else {}),
         **loss_summary(losses),
     }
 

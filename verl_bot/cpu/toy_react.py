@@ -46,17 +46,38 @@ def tokenizer_corpus(texts: list[str]) -> list[str]:
     return texts[:32] + [fenced(c) for c in COMPONENTS]
 
 
+DRAFT_SHARE = 0.3  # a reasoning family's think blocks that hold a fenced draft of another component
+LONG_THINK_SHARE = 0.15  # think blocks long enough to be cut off at the smokes' length cap
+
+
+def respond(rng: random.Random, family=None) -> str:
+    """A random component, fenced, in `family`'s output style (`verl_bot.families.Family`; None: the fence alone):
+    a reasoning family thinks first, sometimes over a fenced draft, sometimes long enough to be cut off."""
+    answer = fenced(rng.choice(COMPONENTS))
+    if family is None or not family.thinks:
+        return answer
+    lines = ["The user wants a component. I will write it in TSX with Tailwind classes."]
+    if rng.random() < DRAFT_SHARE:
+        lines.append(f"A draft:\n{fenced(rng.choice(COMPONENTS))}")
+    if rng.random() < LONG_THINK_SHARE:
+        lines += ["Let me think about the layout again."] * 16
+    return family.respond("\n\n".join(lines), answer)
+
+
 def warm_start(
-    model, tokenizer, texts: list[str], seed: int = 0, steps: int = 150, batch_size: int = 8, lr: float = 1e-2
+    model, tokenizer, texts: list[str], seed: int = 0, steps: int = 150, batch_size: int = 8, lr: float = 1e-2,
+    family=None, template_kwargs: dict | None = None, end_token_id: int | None = None,
 ) -> dict:
     """Supervised pre-training of `model` in place: each of the prompts `texts` answered with a random component
-    of `COMPONENTS` (`verl_bot.cpu.pretrain.supervised`; deterministic for `seed`). Returns a summary."""
+    of `COMPONENTS` (`verl_bot.cpu.pretrain.supervised`; deterministic for `seed`), in `family`'s output style
+    (`respond`), its prompts rendered with `template_kwargs` and ended by `end_token_id`. Returns a summary."""
     from verl_bot.cpu.pretrain import loss_summary, supervised
 
     def examples(rng: random.Random) -> list[tuple[str, str]]:
-        return [(rng.choice(texts), fenced(rng.choice(COMPONENTS))) for _ in range(batch_size)]
+        return [(rng.choice(texts), respond(rng, family)) for _ in range(batch_size)]
 
-    losses = supervised(model, tokenizer, examples, seed=seed, steps=steps, lr=lr)
+    losses = supervised(model, tokenizer, examples, seed=seed, steps=steps, lr=lr, template_kwargs=template_kwargs,
+                        end_token_id=end_token_id)
     return {"task": "react", "seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr,
             "components": len(COMPONENTS), **loss_summary(losses)}
 
