@@ -81,6 +81,44 @@ def test_each_check_fails_on_its_own_fault(tmp_path, steps, records, kw, check):
     assert failed == [check], lines
 
 
+
+@pytest.mark.parametrize(
+    "platform, steps, tag, text",
+    [
+        # fp32 on the CPU: 1e-3 of probability at most, at every step
+        ("cpu", [{}, {}], "ok", "rollout and trainer agree: rollout_probs_diff_max at most 3e-09 (<= 0.001)"),
+        # step 1 is before any update: a difference there is the two engines computing different policies
+        ("cpu", [{"training/rollout_probs_diff_max": 0.085}, {"training/rollout_probs_diff_max": 0.09}], "FAIL",
+         "MISMATCH before any update: step 1's rollout_probs_diff_max 0.085 > 0.001"),
+        # only after an update: the rollout serves older weights
+        ("cpu", [{}, {"training/rollout_probs_diff_max": 0.3}], "WARN",
+         "stale weights: step 2's rollout_probs_diff_max 0.3 > 0.001 after an update (step 1: 3e-09)"),
+        # bf16 on a GPU: 1% of probability on average; a mismatch there is a warning (kernels differ anyway)
+        ("gpu", [{"training/rollout_probs_diff_max": 0.4, "training/rollout_probs_diff_mean": 0.002}, {}], "ok",
+         "rollout and trainer agree: rollout_probs_diff_mean at most 0.002 (<= 0.01)"),
+        ("gpu", [{"training/rollout_probs_diff_mean": 0.03}, {}], "WARN", "MISMATCH before any update: step 1's "
+         "rollout_probs_diff_mean 0.03 > 0.01"),
+    ],
+)
+def test_the_policy_line_tells_a_mismatch_before_any_update_from_stale_weights(tmp_path, platform, steps, tag, text):
+    lines, failed = verdict(write_run(tmp_path / "run", steps, dense()), platform=platform)
+    line = next(ln for ln in lines if ln.startswith("policy "))
+    assert text in line and line.endswith(f"[{tag}]"), line
+    assert failed == (["policy"] if tag == "FAIL" else []), lines
+
+
+@pytest.mark.parametrize("shares, text, tag", [
+    ([0.5, 0.25], "S on 38% of the rollouts", "ok"),
+    ([0.0, 0.0], "S on 0% of the rollouts: no token-level credit, BoT is GRPO here", "WARN"),
+])
+def test_the_local_signal_line_says_when_bot_has_none(tmp_path, shares, text, tag):
+    steps = [{"reward/local_signal/mean": share} for share in shares]
+    lines, failed = verdict(write_run(tmp_path / "run", steps, dense()))
+    line = next(ln for ln in lines if ln.startswith("local signal"))
+    assert text in line and line.endswith(f"[{tag}]") and failed == [], line
+    lines, _ = verdict(write_run(tmp_path / "grpo", steps, dense()), algo="grpo")
+    assert not any(ln.startswith("local signal") for ln in lines)  # GRPO reads no S
+
 def test_a_scalar_algorithm_is_not_asked_for_dense_rewards(tmp_path):
     records = [{"rewards": [0.0, 0.0, 1.0], "advantages": [1.0, 1.0, 1.0]}]
     lines, failed = verdict(write_run(tmp_path / "grpo", [{}, {}], records), algo="grpo")

@@ -14,8 +14,13 @@ Checks (FAIL ends the verdict non-zero; WARN is printed, not fatal):
   /health: calls answered with a score, answered without one, unavailable; without them, the verdicts' flags);
 - dense token rewards (token-level ALGOs): FAIL unless some recorded response carries a reward before its last
   token; advantages: FAIL unless finite;
-- stale weights: WARN when `training/rollout_probs_diff_mean` exceeds `STALE_DIFF_MEAN` (verl's comparison of
-  the rollout's and the trainer's token probabilities).
+- the local signal (token-level ALGOs): the share of rollouts with a non-zero S (`reward/local_signal/mean`);
+  WARN when no rollout has one (BoT is then GRPO);
+- the policy (verl's comparison of the rollout's and the trainer's token probabilities,
+  `training/rollout_probs_diff_*`): beyond the platform's tolerance (`TOLERANCE`: fp32 on the CPU, bf16 on a GPU)
+  at step 1, before any update, rollout and trainer compute different policies from the same weights (a RoPE
+  rule, a dtype, an attention kernel): a policy mismatch, FAIL on the CPU and WARN on a GPU; beyond it only
+  after an update: stale weights (the rollout serves an older model), WARN.
 The projected time of the full run is the mean time of the steps after the first, times the batch scale (full
 batch over smoke batch: generation and update are about linear in it), times the full run's steps; validation
 and checkpoints are not in it.
@@ -33,8 +38,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 TOKEN_LEVEL_ALGOS = ("bot", "pure", "pass")  # ALGOs whose estimator reads a reward on every token
-STALE_DIFF_MEAN = 0.01
+# How far the rollout's token probabilities may stray from the trainer's: (metric, bound) by platform. The CPU
+# computes both in fp32 (a healthy run: ~1e-8 at most); a GPU in bf16 with different kernels (~1e-3 on average).
+TOLERANCE = {"cpu": ("training/rollout_probs_diff_max", 1e-3), "gpu": ("training/rollout_probs_diff_mean", 0.01)}
 MAX_FAILURE_SHARE = 0.5
+LOCAL_SIGNAL_KEY = "reward/local_signal/mean"  # the share of rollouts with a local reward S (the bot manager)
 
 
 def read_steps(metrics_path: Path) -> dict[int, dict[str, float]]:
@@ -117,6 +125,27 @@ def mean_of(steps: dict[int, dict[str, float]], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def policy_line(steps: dict[int, dict[str, float]], platform: str) -> tuple[str, str]:
+    """(the policy line, its tag): do the rollout and the trainer compute the same policy (`TOLERANCE`)? Beyond it
+    at the first step, before any update, they do not (a policy mismatch); beyond it later only, the rollout serves
+    older weights than the trainer's (stale weights)."""
+    key, bound = TOLERANCE.get(platform, TOLERANCE["gpu"])
+    diffs = {step: float(m[key]) for step, m in sorted(steps.items()) if key in m}
+    if not diffs:
+        return "no rollout log-probs (rollout.calculate_log_probs=false)", "ok"
+    first, worst = min(diffs), max(diffs, key=diffs.get)
+    metric = key.rsplit("/", 1)[1]
+    if diffs[first] > bound:
+        return (f"MISMATCH before any update: step {first}'s {metric} {diffs[first]:.2g} > {bound:g}, so the rollout "
+                "samples another policy than the trainer computes from the same weights (a RoPE rule, a dtype, an "
+                "attention kernel)", "FAIL" if platform == "cpu" else "WARN")
+    if diffs[worst] > bound:
+        return (f"stale weights: step {worst}'s {metric} {diffs[worst]:.2g} > {bound:g} after an update (step "
+                f"{first}: {diffs[first]:.2g}): the rollout serves older weights than the trainer's", "WARN")
+    return (f"rollout and trainer agree: {metric} at most {diffs[worst]:.2g} (<= {bound:g}) over {len(diffs)} "
+            "steps", "ok")
+
+
 def checkpoint_line(ckpt: Path) -> str:
     saved = sorted(ckpt.glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1])) if ckpt.is_dir() else []
     if not saved:
@@ -175,6 +204,12 @@ def verdict(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             failed.append("dense")
     else:
         lines.append(f"token rewards       one per response (ALGO={args.algo}); {n} responses recorded")
+    local = mean_of(steps, LOCAL_SIGNAL_KEY)
+    if args.algo in TOKEN_LEVEL_ALGOS and local is not None:
+        tag = "WARN" if local == 0 else "ok"
+        why = (": no token-level credit, BoT is GRPO here (no judge verdict, no step or line the scorer could "
+               "attribute)" if local == 0 else "")
+        lines.append(f"local signal        S on {local:.0%} of the rollouts{why} [{tag}]")
     finite = all_finite(records, steps)
     adv_max = max((abs(a) for rec in records for a in rec["advantages"]), default=0.0)
     lines.append(f"advantages          {'finite' if finite else 'NOT FINITE'} (|A| max {adv_max:.3g}) "
@@ -194,14 +229,10 @@ def verdict(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         lines.append(f"GRAIL weights       answer span found in {answer_rate:.0%} of the responses, "
                      f"mean weight {mean_of(steps, 'grail/w_mean'):.3g}")
 
-    diff_max = max((float(m["training/rollout_probs_diff_max"]) for m in steps.values()
-                    if "training/rollout_probs_diff_max" in m), default=None)
-    diff_mean = mean_of(steps, "training/rollout_probs_diff_mean")
-    if diff_max is None:
-        lines.append("stale weights       no rollout log-probs (rollout.calculate_log_probs=false)")
-    else:
-        tag = "WARN" if diff_mean is not None and diff_mean > STALE_DIFF_MEAN else "ok"
-        lines.append(f"stale weights       rollout_probs_diff_max {diff_max:.2g}, mean {diff_mean:.2g} [{tag}]")
+    text, tag = policy_line(steps, args.platform)
+    lines.append(f"policy              {text} [{tag}]")
+    if tag == "FAIL":
+        failed.append("policy")
     lines.append(f"checkpoint          {checkpoint_line(out / 'ckpt')}")
 
     times = [float(m["timing_s/step"]) for _, m in sorted(steps.items()) if "timing_s/step" in m]
