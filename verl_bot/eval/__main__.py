@@ -20,6 +20,7 @@ one ``error: ...`` line on stderr and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -42,7 +43,12 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1.0)")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
-    g.add_argument("--max-new-tokens", type=int, default=512)
+    g.add_argument("--max-new-tokens", type=int, default=None,
+                   help="default: the --recipe's response length, else 512")
+    g.add_argument("--chat-template-kwargs", default=None, help="the chat template's options as JSON, as the run "
+                   "trained with them (verl's data.apply_chat_template_kwargs); default: the --recipe's, else {}")
+    g.add_argument("--recipe", default=None, help="a recipe (e.g. aime_smollm, or recipes/aime_smollm.sh): its "
+                   "template options and response length are the defaults (evaluation sees the prompts training saw)")
     g.add_argument("--batch-size", type=int, default=8, help="sequences per generate call")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--limit", type=int, default=None, help="only the first N prompts")
@@ -135,15 +141,26 @@ def _client_kwargs(args) -> dict:
 
 
 def _sampling(args) -> dict:
-    """Keyword arguments of generate.generate from the generation options."""
+    """Keyword arguments of generate.generate from the generation options (the recipe's, where not given)."""
+    from verl_bot.eval.recipe import recipe_settings
+
+    recipe = recipe_settings(args.recipe) if args.recipe else {}
+    if args.chat_template_kwargs is not None:
+        try:
+            template_kwargs = json.loads(args.chat_template_kwargs)
+        except ValueError as e:
+            raise EvalError(f"--chat-template-kwargs is not JSON: {e}") from None
+    else:
+        template_kwargs = recipe.get("template_kwargs", {})
     return {
         "n": args.n,
         "temperature": args.temperature,
         "top_p": args.top_p,
         "top_k": args.top_k,
-        "max_new_tokens": args.max_new_tokens,
+        "max_new_tokens": args.max_new_tokens or recipe.get("max_new_tokens", 512),
         "batch_size": args.batch_size,
         "seed": args.seed,
+        "template_kwargs": template_kwargs,
     }
 
 

@@ -101,6 +101,13 @@ def load_model(model_dir: str | Path, device: str = "auto", dtype: str = "auto")
     return model, tokenizer
 
 
+def render_prompt(tokenizer, messages: list[dict], template_kwargs: dict | None = None) -> str:
+    """The prompt text of a chat list as verl's rollout renders it: the chat template with the generation prompt
+    and the run's template options (its system prompt is the template's, or the chat's own system message)."""
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                         **(template_kwargs or {}))
+
+
 def generate(
     model,
     tokenizer,
@@ -113,12 +120,15 @@ def generate(
     max_new_tokens: int = 512,
     batch_size: int = 8,
     seed: int = 0,
+    template_kwargs: dict | None = None,
 ) -> list[dict]:
     """Generation rows (see ``records.py``) for ``prompts`` from :func:`read_prompts`, ``n`` samples each.
 
     Rows are ordered by (prompt_index, sample_index). Each batch holds ``batch_size`` sequences: token ids
     (batch_size, prompt_len) left padded -> generated ids (batch_size, prompt_len + new); the response is the
-    decoding of the new ids with special tokens (EOS, padding) skipped.
+    decoding of the new ids with special tokens (EOS, padding) skipped. ``template_kwargs``: the chat template's
+    options, as training passed them (verl's ``data.apply_chat_template_kwargs``, e.g. SmolLM3's
+    ``enable_thinking``): :func:`render_prompt`.
     """
     import torch
     from transformers import set_seed
@@ -127,10 +137,7 @@ def generate(
         raise EvalError("n, batch size and max new tokens must be >= 1")
     set_seed(seed)
     jobs = [(p, s) for p in prompts for s in range(n)]
-    texts = {
-        p["prompt_index"]: tokenizer.apply_chat_template(p["messages"], add_generation_prompt=True, tokenize=False)
-        for p in prompts
-    }
+    texts = {p["prompt_index"]: render_prompt(tokenizer, p["messages"], template_kwargs) for p in prompts}
     sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k}
     if temperature <= 0:
         sampling = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
