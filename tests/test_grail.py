@@ -65,6 +65,18 @@ def test_answer_modes():
     assert "\\boxed{1}"[slice(*answer_span("\\boxed{1}", "auto")[1:3])] == "1"
 
 
+def test_the_answer_is_looked_for_after_the_think_block():
+    """A reasoning model's drafts inside <think> are not its answer (the reward servers score the text after
+    </think>); a response cut off inside the block has no answer."""
+    text = "<think>maybe <final>3</final> or \\boxed{4}</think>\n\nso \\boxed{5}"
+    assert answer_span(text, "auto") == AnswerSpan(55, 62, 63, 64)  # offsets into the whole text
+    assert text[55:62] == "\\boxed{" and text[62:63] == "5"
+    assert answer_span(text, "final") is None
+    assert answer_span("<think>so <final>3</final>", "auto") is None  # cut off inside the block
+    assert answer_span("step\n</think>\n<final>7</final>", "final") == AnswerSpan(14, 21, 22, 30)  # opened by
+    # the chat template: the response holds only the closing tag
+
+
 def test_span_codes_by_hand():
     # text "ab\boxed{12}c" ; span: marker [2,9), content [9,11), closing [11,12), after from 12
     span = AnswerSpan(2, 9, 11, 12)

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from reward_servers.common.think import split_think
 from verl_bot.errors import VerlBotConfigError
 
 # per-token span codes (response-aligned)
@@ -152,13 +153,18 @@ def first_final_span(text: str) -> AnswerSpan | None:
 
 
 def answer_span(text: str, answer: str = "auto") -> AnswerSpan | None:
-    """The answer span of a response text: `final`, `boxed`, or `auto` (a `<final>` block, else `\\boxed{}`)."""
+    """The answer span of a response text: `final`, `boxed`, or `auto` (a `<final>` block, else `\\boxed{}`),
+    looked for after a reasoning model's think block (`reward_servers.common.think.split_think`, as the reward
+    servers read it): a draft inside the block is not the answer, and a response cut off inside it has none."""
+    start = split_think(text).end
+    answer_text = text[start:]
     if answer == "boxed":
-        return first_boxed_span(text)
-    final = first_final_span(text)
-    if final is not None or answer == "final":
-        return final
-    return first_boxed_span(text)
+        span = first_boxed_span(answer_text)
+    else:
+        span = first_final_span(answer_text)
+        if span is None and answer != "final":
+            span = first_boxed_span(answer_text)
+    return None if span is None else AnswerSpan(*(offset + start for offset in span))
 
 
 def span_codes(char_spans: np.ndarray, span: AnswerSpan | None) -> np.ndarray:
