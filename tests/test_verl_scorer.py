@@ -144,8 +144,9 @@ def test_gsm8k_rows_get_verls_gsm8k_score(tiny_model_dir, tokenizer):
         assert out["reward_score"] == [out["reward_extra_info"]["score"]] * len(ids)  # G on every token, no S
         assert out["reward_extra_info"]["scorer_failed"] == 0.0
         assert set(out["reward_extra_info"]) == {
-            "score", "acc", "scorer_failed", "scorer_error", "scorer_error_msg", "flags"
+            "score", "acc", "scorer_failed", "scorer_error", "scorer_error_msg", "flags", "local_signal"
         }
+        assert out["reward_extra_info"]["local_signal"] == 0.0  # verl's scalar functions: no S, bot is GRPO there
         assert out["reward_extra_info"]["acc"] == out["reward_extra_info"]["score"]  # as verl's naive reports it
 
 
@@ -170,6 +171,7 @@ def test_custom_function_dict_gives_g_parts_and_local_spans(custom_worker, token
             "scorer_error": 0.0,
             "scorer_error_msg": "",
             "flags": "",
+            "local_signal": 1.0,
         }
     assert min(outputs[1]["reward_score"]) < max(outputs[1]["reward_score"])  # S reached the tokens
 
@@ -206,7 +208,8 @@ def test_a_hung_call_is_killed_and_the_worker_replaced(custom_worker, tokenizer)
     assert outputs[0]["reward_score"] == [0.0] * len(rows[0])  # the failure sentinel
     assert outputs[0]["reward_extra_info"]["scorer_failed"] == 1.0
     assert outputs[1]["reward_extra_info"] == {
-        "score": 0.25, "acc": 0.25, "scorer_failed": 0.0, "scorer_error": 0.0, "scorer_error_msg": "", "flags": ""
+        "score": 0.25, "acc": 0.25, "scorer_failed": 0.0, "scorer_error": 0.0, "scorer_error_msg": "", "flags": "",
+        "local_signal": 0.0,
     }
     pool = custom_worker.reward_manager.verl_scorer._pool
     assert pool.restarts >= 1
