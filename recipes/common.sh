@@ -74,6 +74,7 @@ SMOKE_TAG=
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-${TASK}_${MODEL_TAG}_${ALGO_TAG}_s${SEED}${SMOKE_TAG}}
 OUT_DIR=${OUT_DIR:-${ROOT}/outputs/${PROJECT_NAME}/${EXPERIMENT_NAME}}
 SERVER_ARGS=${SERVER_ARGS:-}             # extra flags for a server started here (START_SERVER=1), e.g. "--workers 8"
+LONGROPE=${LONGROPE:-long}               # long | keep: a LongRoPE model with distinct factors (vb_prepare_longrope)
 # Token-credit report (verl_bot/token_records.py): steps whose exact tokens, rewards and advantages are recorded
 # in ${OUT_DIR}/token_records (e.g. "1,-1": the first and the last; empty: none), and how many prompts per step.
 # Then: python -m verl_bot.eval.training_report --run bot=OUT_DIR_BOT --run grpo=OUT_DIR_GRPO --out DIR
@@ -163,7 +164,8 @@ vb_prepare_data() {
     "${cmd[@]}" --out-dir "${DATA_DIR}" >&2 || vb_die "could not write the ${TASK} data to ${DATA_DIR}"
 }
 
-# PLATFORM=cpu: the tiny local models when missing: the policy at the default MODEL_PATH (recipes/platform.sh),
+# PLATFORM=cpu: the tiny local models when missing: the policy at the default MODEL_PATH (recipes/platform.sh), of
+# the recipe's own family (verl_bot/families.py: its architecture, chat template, EOS and output style),
 # warm-started on the run's own train prompts (React) or on toy_math problems in the AIME wording (AIME), and the
 # judge at JUDGE_MODEL_PATH; not for DRY_RUN, which composes the config only (minutes of warm start otherwise).
 vb_prepare_models() {
@@ -171,16 +173,32 @@ vb_prepare_models() {
     if [[ "${MODEL_PATH}" == "${CPU_MODEL_DEFAULT}" && ! -f "${MODEL_PATH}/verl_bot_tiny.json" ]]; then
         # AIME: toy_math in the recipe's wording; its prompts are ~170 tokens, so a shorter warm start than
         # toy_math's own (1200 x 64 would take ~15 min on 2 cores; 500 x 16 takes ~2 and writes the <final> format
-        # in 62 of 64 answers; both solve ~1 in 10).
-        local warm=(--warm-start toy_math --warm-steps 500 --warm-batch 16)
+        # in 62 of 64 answers; both solve ~1 in 10). Phi thinks first: 800 x 16 (~3 min) close the think block in
+        # 57 of 64 answers and answer in a format in 37 (500: 26 and 17).
+        local steps=500
+        [[ "${MODEL_TAG}" == phi ]] && steps=800
+        local warm=(--warm-start toy_math --warm-steps "${steps}" --warm-batch 16)
         [[ "${TASK}" == react ]] && warm=(--warm-start react)
-        "${PY}" -m verl_bot.cpu.tiny_model "${MODEL_PATH}" --seed "${CPU_SEED}" "${warm[@]}" \
+        "${PY}" -m verl_bot.cpu.tiny_model "${MODEL_PATH}" --seed "${CPU_SEED}" --family "${MODEL_TAG}" "${warm[@]}" \
             --prompts "$(vb_files "${TRAIN_FILES}" | head -n 1)" >&2 ||
             vb_die "could not build the tiny model at ${MODEL_PATH}"
     fi
     if [[ "${START_JUDGE}" == 1 && "${JUDGE_MODEL_PATH}" == "${ROOT}/outputs/tiny_judge_model" && ! -f "${JUDGE_MODEL_PATH}/verl_bot_tiny.json" ]]; then
         "${PY}" -m verl_bot.cpu.tiny_model "${JUDGE_MODEL_PATH}" --seed 1 >&2 || vb_die "could not build the tiny judge model"
     fi
+}
+
+# A LongRoPE model with distinct short and long factors (Phi-4-mini-reasoning) would be rotated with the long ones by
+# vLLM (its context exceeds the switch) and with the short ones by the trainer on shorter micro-batches: another
+# policy than the one sampled (verl_bot/families.py). LONGROPE=long (default): train a copy whose short factors are
+# its long ones (files linked, under OUT_DIR); LONGROPE=keep: the model as it is (verl-bot then refuses the run
+# unless every sequence stays within the switch). Any other model is left alone.
+vb_prepare_longrope() {
+    [[ "${DRY_RUN}" == 0 && "${LONGROPE}" == long ]] || return 0
+    local path
+    path=$("${PY}" -m verl_bot.families longrope-copy --if-needed "${MODEL_PATH}" "${OUT_DIR}/model_longrope") ||
+        vb_die "could not make the LongRoPE copy of ${MODEL_PATH} at ${OUT_DIR}/model_longrope"
+    MODEL_PATH=${path}
 }
 
 # --- pre-launch checks -------------------------------------------------------------------------------
@@ -396,6 +414,7 @@ vb_overrides() {   # "$@": the user's overrides (they win, vb_user_wins)
         "actor_rollout_ref.rollout.temperature=${TEMPERATURE}"
         "actor_rollout_ref.rollout.tensor_model_parallel_size=${ROLLOUT_TP}"
         "actor_rollout_ref.rollout.gpu_memory_utilization=${GPU_MEMORY_UTILIZATION}"
+        "actor_rollout_ref.rollout.max_model_len=$((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH))"
         "actor_rollout_ref.rollout.val_kwargs.n=${VAL_N}"
         "actor_rollout_ref.rollout.val_kwargs.do_sample=$([[ "${VAL_N}" == 1 ]] && echo False || echo True)"
         "actor_rollout_ref.rollout.val_kwargs.temperature=$([[ "${VAL_N}" == 1 ]] && echo 0 || echo "${TEMPERATURE}")"
@@ -444,6 +463,7 @@ vb_main() {
     vb_prepare_models
     vb_check_model
     vb_check_data
+    vb_prepare_longrope
     if [[ "${DRY_RUN}" != 0 ]]; then
         REWARD_URL=${REWARD_URL:-http://${REWARD_HOST}:${REWARD_PORT}}
         vb_overrides "$@"

@@ -15,6 +15,7 @@
 
 : "${ROOT:?set ROOT before sourcing recipes/platform.sh}"
 : "${TASK:?set TASK before sourcing recipes/platform.sh}"
+: "${MODEL_TAG:?set MODEL_TAG before sourcing recipes/platform.sh}"
 SMOKE=${SMOKE:-0}
 if [[ -z "${PLATFORM:-}" ]]; then
     PLATFORM=gpu
@@ -32,7 +33,8 @@ if [[ "${PLATFORM}" == cpu ]]; then
     # The tiny local model, warm-started on the run's own train prompts so that it writes the task's format (built
     # when missing, vb_main): React, a ```tsx component (verl_bot/cpu/toy_react.py); AIME, <step i> tags and a
     # <final> answer (the toy_math warm start, verl_bot/cpu/toy_math.py, in the AIME prompt's wording).
-    CPU_MODEL_DEFAULT=${ROOT}/outputs/tiny_model_${TASK}_h2_s${CPU_SEED}
+    # Of the recipe's own family (MODEL_TAG): its architecture, chat template, EOS and output style (verl_bot/families.py).
+    CPU_MODEL_DEFAULT=${ROOT}/outputs/tiny_model_${TASK}_${MODEL_TAG}_s${CPU_SEED}
     MODEL_PATH=${MODEL_PATH:-${CPU_MODEL_DEFAULT}}
     # The data, from recipes/data/ (vb_prepare_data): React's prompt set; for AIME, toy_math problems in AIME's file
     # format (aime_cpu.jsonl: single-digit chains the tiny model can solve; on AIME problems every group would be

@@ -735,16 +735,18 @@ def test_start_server_starts_checks_and_stops_the_reward_server(data, slow):
 
 # What a model's recipe changes against the task's qwen recipe (recipes/README.md, "Models"): the model, its run's
 # names and paths, SmolLM3's thinking switch, and Phi-4-mini-reasoning's longer responses (with what is sized from
-# them: the micro-batch token budget, DAPO's overlong cache zone).
+# them: the rollout's context, the micro-batch token budget, DAPO's overlong cache zone).
 RUN_KEYS = {"actor_rollout_ref.model.path", "trainer.experiment_name", "trainer.default_local_dir",
             "trainer.rollout_data_dir", "trainer.validation_data_dir"}
 MODEL_KEYS = {
     "react_smollm": {"+data.apply_chat_template_kwargs.enable_thinking"},
     "aime_smollm": {"+data.apply_chat_template_kwargs.enable_thinking"},
     "react_phi": {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-                  "+reward.reward_kwargs.overlong_buffer_cfg.len", "+reward.reward_kwargs.max_resp_len"},
+                  "actor_rollout_ref.rollout.max_model_len", "+reward.reward_kwargs.overlong_buffer_cfg.len",
+                  "+reward.reward_kwargs.max_resp_len"},
     "aime_phi": {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-                 "+reward.reward_kwargs.overlong_buffer_cfg.len", "+reward.reward_kwargs.max_resp_len"},
+                 "actor_rollout_ref.rollout.max_model_len", "+reward.reward_kwargs.overlong_buffer_cfg.len",
+                 "+reward.reward_kwargs.max_resp_len"},
 }
 
 
@@ -757,13 +759,14 @@ def as_dict(args: list[str]) -> dict[str, str]:
 
 
 LENGTH_KEYS = {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-               "+reward.reward_kwargs.overlong_buffer_cfg.len", "+reward.reward_kwargs.max_resp_len"}
+               "actor_rollout_ref.rollout.max_model_len", "+reward.reward_kwargs.overlong_buffer_cfg.len",
+               "+reward.reward_kwargs.max_resp_len"}
 
 
 @pytest.mark.parametrize("platform", ["gpu", "cpu"])
 @pytest.mark.parametrize("name", sorted(MODEL_KEYS))
 def test_a_model_recipe_differs_from_qwens_only_in_its_named_keys(name, platform, data):
-    """Every ALGO, on a GPU node and on the CPU platform (where all three run the same tiny model and the CPU
+    """Every ALGO, on a GPU node and on the CPU platform (where each runs its own family's tiny model and the CPU
     presets set the response length)."""
     task = name.split("_")[0]
     for algo in ALGOS + (["vps", "grail"] if task == "aime" else []):
@@ -772,9 +775,10 @@ def test_a_model_recipe_differs_from_qwens_only_in_its_named_keys(name, platform
         other = as_dict(recipe_args(name, data, **env))
         differ = {k for k in qwen.keys() | other.keys() if qwen.get(k) != other.get(k)}
         allowed = RUN_KEYS | MODEL_KEYS[name]
-        must = {"trainer.experiment_name"} | (MODEL_KEYS[name] - LENGTH_KEYS)
+        must = {"trainer.experiment_name", "actor_rollout_ref.model.path"} | (MODEL_KEYS[name] - LENGTH_KEYS)
         if platform == "cpu":
-            allowed -= {"actor_rollout_ref.model.path"} | LENGTH_KEYS
+            allowed -= LENGTH_KEYS
         elif name.endswith("_phi"):
-            must |= {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"}
+            must |= {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+                     "actor_rollout_ref.rollout.max_model_len"}
         assert must <= differ <= allowed, (algo, sorted(differ - allowed), sorted(must - differ))

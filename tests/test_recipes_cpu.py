@@ -37,6 +37,7 @@ from tests.test_cpu_e2e import MARK_ENV, _kill_marked
 from tests.test_vps_advantage import reference_vps
 from verl_bot.advantage.grail import GrailSettings
 from verl_bot.advantage.vps import DEFAULT_STD_FLOOR
+from verl_bot.families import BY_RECIPE_TAG, FAMILIES
 
 pytestmark = pytest.mark.timeout(900)
 W_MAX = GrailSettings().w_max  # the recipes leave grail_w_max at its default
@@ -144,12 +145,15 @@ def setup(tmp_path_factory):
         react_data = root / "react_data"
         subprocess.run([PY, str(ROOT / "recipes/data/react.py"), "--out-dir", str(react_data)], check=True,
                        capture_output=True)
-        build_model(root / "react_model", seed=0, warm_start="react", prompts=react_data / "train.parquet")
+        build_model(root / "react_qwen_model", seed=0, warm_start="react", prompts=react_data / "train.parquet",
+                    family="qwen2")
         aime_data = root / "aime_data"  # what the recipe makes on the CPU platform (vb_prepare_data)
         subprocess.run([PY, str(ROOT / "recipes/data/aime.py"), "--input", str(ROOT / "recipes/data/aime_cpu.jsonl"),
                         "--out-dir", str(aime_data)], check=True, capture_output=True)
-        build_model(root / "aime_model", seed=0, warm_start="toy_math", prompts=aime_data / "train.parquet",
-                    warm_start_kwargs={"steps": 500, "batch_size": 16})  # the recipe's (vb_prepare_models)
+        for family, steps in (("phi3", 800), ("smollm3", 500)):  # the recipe's warm start (vb_prepare_models)
+            build_model(root / f"aime_{FAMILIES[family].recipe_tag}_model", seed=0, warm_start="toy_math",
+                        prompts=aime_data / "train.parquet", warm_start_kwargs={"steps": steps, "batch_size": 16},
+                        family=family)
         (root / "probe").mkdir()
         (root / "probe" / "vb_probe.py").write_text(PROBE)
         wait_http(f"http://127.0.0.1:{port}/v1/models", 300, judge)
@@ -254,7 +258,7 @@ class Smoke:
         judge = {"react": "LLM_JUDGE_BASE_URL", "aime": "STEP_JUDGE_BASE_URL"}[task]
         self.env = {
             **os.environ, "SMOKE": "1", "PLATFORM": "cpu", "ALGO": algo, "PY": PY, MARK_ENV: mark,
-            "MODEL_PATH": str(root / f"{task}_model"), "OUT_DIR": str(self.dir),
+            "MODEL_PATH": str(root / f"{recipe}_model"), "OUT_DIR": str(self.dir),
             "DATA_DIR": str(root / f"{task}_data"), "REWARD_PORT": str(free_port()), judge: setup["judge"],
             "VERL_USE_EXTERNAL_MODULES": "vb_probe", "VB_PROBE_DIR": str(self.probe_dir),
             "VB_PROBE_FILE": str(self.probe_dir / "grail.jsonl"),
@@ -321,6 +325,7 @@ def check_verdict(run: Smoke, steps: int = 2) -> None:
     assert re.search(r"rollout engine\s+vllm 0\.27\.1 \(CPU build\), verl's vLLM rollout", verdict), verdict
     assert f"steps done          {steps} of {steps} (trainer exit 0)" in verdict
     assert f"global_step_{steps} written" in run.line("checkpoint")
+    assert run.line("policy").endswith("[ok]"), run.line("policy")  # neither a mismatch nor stale weights
 
 
 def check_common(run: Smoke, judge: str | None, steps: int = 2) -> dict[int, dict]:
@@ -337,6 +342,42 @@ def check_common(run: Smoke, judge: str | None, steps: int = 2) -> dict[int, dic
         calls = re.search(r"(\d+) of (\d+) calls answered", run.line("judge"))
         assert calls and int(calls.group(2)) > 0 and calls.group(1) == calls.group(2), run.line("judge")
     return logged
+
+
+RESPONSE_CAP = 160  # the CPU platform's MAX_RESPONSE_LENGTH (recipes/platform.sh)
+_DATE = re.compile(r"Today Date: \d{2} \w+ \d{4}")  # SmolLM3's template stamps the day it renders
+
+
+def check_family(run: Smoke) -> list[dict]:
+    """The recipe's own family reached the rollout: every prompt of step 1's token records is its family's template
+    of a train prompt with the recipe's template options (SmolLM3: no-think), as verl decodes it (special tokens
+    skipped); every response that ended before the length cap ended with one of the family's EOS tokens (its
+    generation_config.json), and most did. Returns the records."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from verl_bot.eval.generate import render_prompt
+
+    task, tag = run.name.split("_")[:2]
+    family = BY_RECIPE_TAG[tag]
+    model = Path(run.env["MODEL_PATH"])
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    eos = set(GenerationConfig.from_pretrained(model).eos_token_id)
+    assert eos == set(tokenizer.convert_tokens_to_ids(list(family.generation_eos)))
+    import pyarrow.parquet as pq
+
+    chats = pq.read_table(Path(run.env["DATA_DIR"]) / "train.parquet", columns=["prompt"]).column("prompt").to_pylist()
+    expected = {
+        _DATE.sub("Today Date: D", tokenizer.decode(tokenizer(render_prompt(tokenizer, chat, dict(
+            family.recipe_template_kwargs)), add_special_tokens=False)["input_ids"], skip_special_tokens=True))
+        for chat in chats
+    }
+    records = [json.loads(ln) for ln in (run.dir / "token_records" / "step_1.jsonl").read_text().splitlines() if ln]
+    assert len(records) >= 8
+    for rec in records:
+        assert _DATE.sub("Today Date: D", rec["prompt"]) in expected, rec["prompt"][:400]
+    ended = [rec["response_ids"][-1] for rec in records if len(rec["response_ids"]) < RESPONSE_CAP]
+    assert len(ended) > len(records) / 2 and set(ended) <= eos, (ended, eos)
+    return records
 
 
 # The judge outages of the React and AIME `bot` smokes: each judge call gives up after JUDGE_DEADLINE_S (no retry:
@@ -356,6 +397,8 @@ def test_react_qwen_bot_on_verls_vllm_rollout(react_bot):
     """The React recipe's full reward stack on what a warm-started tiny model writes: bundle, lint, render, judge;
     the LLM code judge stops answering during step 2 and comes back (`JudgeOutage`)."""
     steps = check_common(react_bot, judge=None)
+    check_family(react_bot)
+    assert react_bot.line("local signal").endswith("[ok]")  # ESLint's and the compiler's lines
     # the React smoke asks the judge about the compiled components only (22 calls in a run seen here): step 2's
     # fell inside the outage, and whether the final validation's 4 responses compile is chance
     check_outage(react_bot, "LLM code judge", asked_again=False)
@@ -372,16 +415,31 @@ def test_react_qwen_bot_on_verls_vllm_rollout(react_bot):
 def aime_bot(setup):
     # the tiny judge's replies are never a verdict (every step "unparseable", no step reward): only answers tell
     # rollouts apart, and the tiny model solves ~1 in 15; 8 groups of 8 give a step mixed groups all but surely
-    run = Smoke(setup, "aime_qwen", "bot", SMOKE_BATCH="8", ROLLOUT_N="8", MATH_JUDGE_TIMEOUT_S=JUDGE_DEADLINE_S,
+    run = Smoke(setup, "aime_phi", "bot", SMOKE_BATCH="8", ROLLOUT_N="8", MATH_JUDGE_TIMEOUT_S=JUDGE_DEADLINE_S,
                 MATH_JUDGE_MAX_RETRIES="0")
     JudgeOutage(setup, OUTAGE_S).attach(run)
     return run.run()
 
 
-def test_aime_qwen_bot_on_verls_vllm_rollout(aime_bot):
-    """The AIME recipe: the math server's Eq. 8 with a real step judge, dense rewards into BoT; the step judge stops
-    answering during step 2 and comes back (`JudgeOutage`)."""
+def test_aime_phi_bot_on_verls_vllm_rollout(aime_bot):
+    """The AIME recipe on Phi-4-mini-reasoning's family: a tiny LongRoPE Phi (its distinct factors switch within the
+    smoke's lengths) that thinks before it answers, trained through the recipe's consistent copy (short factors =
+    long ones: rollout and trainer agree); the math server's Eq. 8 with a real step judge, dense rewards into BoT;
+    the step judge stops answering during step 2 and comes back (`JudgeOutage`)."""
     steps = check_common(aime_bot, judge=None)
+    records = check_family(aime_bot)
+    model = json.loads((aime_bot.dir / "model_longrope" / "config.json").read_text())
+    assert model["rope_parameters"]["short_factor"] == model["rope_parameters"]["long_factor"]
+    assert f"actor_rollout_ref.model.path={aime_bot.dir / 'model_longrope'}" in aime_bot.err
+    thinking = [r for r in records if bytes.fromhex("".join(r["token_bytes"])).decode(errors="replace")
+                .lstrip().startswith("<think>")]
+    assert len(thinking) > len(records) / 2, len(thinking)  # the family's output style: a think block first
+    # some rollouts ran to the length cap inside their think block (the warm start makes ~15%): flagged, and no
+    # answer credit; the tiny judge gives no verdict, so no step has a local reward S, which the run says itself
+    assert max(data.get("reward/flag/think_truncated/mean", 0.0) for data in steps.values()) > 0
+    assert all(data["reward/local_signal/mean"] == 0.0 for data in steps.values())
+    assert aime_bot.line("local signal").endswith("BoT is GRPO here (no judge verdict, no step or line the scorer "
+                                                  "could attribute) [WARN]")
     check_outage(aime_bot, "step judge", asked_again=True)
     check_dense(aime_bot)
     for data in steps.values():
@@ -392,11 +450,13 @@ def test_aime_qwen_bot_on_verls_vllm_rollout(aime_bot):
 @pytest.fixture(scope="module")
 def aime_vps(setup):
     # the weights the rollout serves at step 2 are the trainer's after step 1's update: keep them (save_freq=1)
-    return Smoke(setup, "aime_qwen", "vps", "trainer.save_freq=1").run()
+    return Smoke(setup, "aime_smollm", "vps", "trainer.save_freq=1").run()
 
 
-def test_aime_qwen_vps_probes_reach_the_estimator(aime_vps):
+def test_aime_smollm_vps_probes_reach_the_estimator(aime_vps):
+    """GRPO-VPS on SmolLM3's family (vLLM runs it through its Transformers backend; a NoPE layer; no-think mode)."""
     check_common(aime_vps, judge=None)
+    check_family(aime_vps)
     calls = aime_vps.probe("vps.jsonl")
     assert len(calls) == 2
     alpha = 0.5
@@ -442,7 +502,7 @@ def _trainer_weights(ckpt_actor: Path):
     return model.eval()
 
 
-def test_aime_qwen_vps_probe_logprobs_equal_the_trainers_weights(aime_vps):
+def test_aime_smollm_vps_probe_logprobs_equal_the_trainers_weights(aime_vps):
     """vLLM's prompt log-probs of step 2's probes (prefix caching on, as the recipes run: probes of one rollout
     share their prompt and prefix) equal a teacher-forced forward of the trainer's weights after step 1's update."""
     import torch
@@ -471,16 +531,16 @@ def aime_grail(setup):
     # GRAIL scores answers only and the tiny model solves ~1 in 15: 8 groups of 8 a step make groups with both
     # outcomes (the only ones with advantages) all but certain, where 4 of 4 leave a step all tied one time in 3.
     # One step; the same command with SMOKE_STEPS=2 then resumes from its checkpoint (aime_grail_resumed)
-    return Smoke(setup, "aime_qwen", "grail", SMOKE_BATCH="8", ROLLOUT_N="8", SMOKE_STEPS="1").run()
+    return Smoke(setup, "aime_smollm", "grail", SMOKE_BATCH="8", ROLLOUT_N="8", SMOKE_STEPS="1").run()
 
 
 @pytest.fixture(scope="module")
 def aime_grail_resumed(aime_grail):
-    return Smoke(aime_grail.setup, "aime_qwen", "grail", launch="_resumed", SMOKE_BATCH="8", ROLLOUT_N="8",
+    return Smoke(aime_grail.setup, "aime_smollm", "grail", launch="_resumed", SMOKE_BATCH="8", ROLLOUT_N="8",
                  SMOKE_STEPS="2").run()
 
 
-def test_aime_qwen_grail_weights_reach_verls_loss(aime_grail, aime_grail_resumed):
+def test_aime_smollm_grail_weights_reach_verls_loss(aime_grail, aime_grail_resumed):
     """GRAIL's token weights reach verl's ppo_loss (advantages at the loss = advantages x weights) over several
     micro-batches of the recipe's dynamic batching, in step 1 and in step 2 (its resumed launch): w_max on answer
     content, saliency-derived weights before it."""
@@ -520,7 +580,7 @@ def check_grail_metrics(data: dict) -> None:
     assert not any(key.startswith("actor/grail/") for key in data)
 
 
-def test_aime_qwen_grail_resumes_from_its_checkpoint_with_its_weights_at_the_loss(aime_grail_resumed):
+def test_aime_smollm_grail_resumes_from_its_checkpoint_with_its_weights_at_the_loss(aime_grail_resumed):
     """A GRAIL run resumed (`SMOKE_STEPS=2`, the same command after a 1-step smoke): verl restores the step-1
     checkpoint, the metrics of step 1 are kept, and step 2 runs with GRAIL's hooks in the new processes (its
     weights at verl's loss)."""
