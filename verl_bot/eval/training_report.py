@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from verl_bot.eval.records import EvalError
@@ -115,6 +115,21 @@ def legend(key: str, label: str, scale: float) -> str:
     )
 
 
+def legends_html(scales: dict[str, float]) -> str:
+    """The legend bars of every quantity (QUANTITIES), side by side."""
+    return '<div class="legends">' + "".join(legend(key, label, scales[key]) for key, label in QUANTITIES) + "</div>"
+
+
+def token_scales(records: Iterable[dict]) -> dict[str, float]:
+    """One symmetric colour scale per quantity (QUANTITIES) for every token of `records`: `nice_scale` of the
+    largest |value|, so the extreme token is (nearly) full colour and the legend's ticks are round."""
+    largest = dict.fromkeys((key for key, _ in QUANTITIES), 0.0)
+    for record in records:
+        for key in largest:
+            largest[key] = max(largest[key], max((abs(v) for v in record[key]), default=0.0))
+    return {key: nice_scale(value) for key, value in largest.items()}
+
+
 # ------------------------------------------------------------------------------------------- records
 def run_records_dir(run_dir: Path) -> Path:
     """`RUN/token_records`, else `RUN/ckpt/token_records` (the default of `algorithm.token_report_dir`)."""
@@ -164,10 +179,16 @@ def match_groups(
 
 
 # ------------------------------------------------------------------------------------------- html
+def token_segments(record: dict, i: int) -> list[tuple[str, str]]:
+    """How token i of a record shows: a special token by its name (kind `special`), any other by
+    `display_segments` of its bytes."""
+    raw = bytes.fromhex(record["token_bytes"][i])
+    return [(raw.decode("utf-8", "replace"), "special")] if record["special"][i] else display_segments(raw)
+
+
 def _token(i: int, record: dict, scales: dict[str, float]) -> str:
     raw = bytes.fromhex(record["token_bytes"][i])
-    special = bool(record["special"][i])
-    segments = [(raw.decode("utf-8", "replace"), "special")] if special else display_segments(raw)
+    segments = token_segments(record, i)
     inner = "".join(f'<span class="{kind}">{html.escape(text)}</span>' for text, kind in segments) or "&#8203;"
     values = {key: float(record[key][i]) for key, _ in QUANTITIES}
     title = (
@@ -185,27 +206,42 @@ def _token(i: int, record: dict, scales: dict[str, float]) -> str:
     return f'<span class="tok" title="{html.escape(title)}">{"".join(cells)}</span>'
 
 
-def _rollout(record: dict, scales: dict[str, float]) -> str:
+def shown_tokens(length: int, limit: int) -> list[int]:
+    """The token positions shown of a rollout of `length` tokens: all of them, or with `limit` > 0 and a longer
+    rollout its first ceil(limit / 2) and last floor(limit / 2) tokens (the start and the answer)."""
+    if limit <= 0 or length <= limit:
+        return list(range(length))
+    return [*range((limit + 1) // 2), *range(length - limit // 2, length)]
+
+
+def rollout_html(record: dict, scales: dict[str, float], limit: int = 0) -> str:
+    """One rollout: its facts (G, solved, failure, length) and its tokens, `shown_tokens(length, limit)` of them
+    (a gap marker where tokens are left out), each coloured on `scales`."""
     info = record.get("info") or {}
+    length = len(record["response_ids"])
+    shown = shown_tokens(length, limit)
     facts = [f"G {info['score']:+.3f}" if "score" in info else None]
     facts.append(f"solved {info['acc']:g}" if "acc" in info else None)
     facts.append("scorer failed: advantage 0" if info.get("scorer_failed") else None)
-    facts.append(f"{len(record['response_ids'])} tokens")
-    tokens = "".join(_token(i, record, scales) for i in range(len(record["response_ids"])))
+    facts.append(f"{length} tokens" + (f" ({len(shown)} shown)" if len(shown) < length else ""))
+    tokens, last = [], -1
+    for i in shown:
+        if i > last + 1:
+            tokens.append(f'<span class="gap" data-omitted="{i - last - 1}">\u2026 {i - last - 1} tokens \u2026</span>')
+        tokens.append(_token(i, record, scales))
+        last = i
     head = " · ".join(f for f in facts if f)
-    return f'<div class="rollout" data-key="{html.escape(record["key"])}"><div class="facts">{head}</div>{tokens}</div>'
+    return (f'<div class="rollout" data-key="{html.escape(record["key"])}"><div class="facts">{head}</div>'
+            f'{"".join(tokens)}</div>')
 
 
 def tokens_html(step: int, records: dict[str, list[dict]], groups: int) -> str:
     """The HTML body of the token view (its legends carry each quantity's colour scale)."""
     matched = match_groups(records, groups)
-    shown = [row for _, runs in matched for rows in runs.values() for row in rows]
-    scales = {key: nice_scale(max((abs(v) for r in shown for v in r[key]), default=0.0)) for key, _ in QUANTITIES}
+    scales = token_scales(row for _, runs in matched for rows in runs.values() for row in rows)
     names = list(records)
     parts = [
-        f'<h2>Token credit at step {step}</h2><div class="legends">'
-        + "".join(legend(key, label, scales[key]) for key, label in QUANTITIES)
-        + "</div>",
+        f"<h2>Token credit at step {step}</h2>" + legends_html(scales),
         "<p>Each token: top cell coloured by its reward r<sub>t</sub>, bottom cell by its advantage "
         "A<sub>t</sub>, on the scales above (the same for every row and run). Hover a token for its values. "
         "Groups are matched across runs by their prompt.</p>",
@@ -216,27 +252,29 @@ def tokens_html(step: int, records: dict[str, list[dict]], groups: int) -> str:
         parts.append(f'<section class="group"><div class="prompt">{html.escape(prompt)}{again}</div>')
         parts.append(f'<div class="runs" style="{columns}">')
         for name in names:
-            body = "".join(_rollout(r, scales) for r in runs.get(name, []))
+            body = "".join(rollout_html(r, scales) for r in runs.get(name, []))
             body = body or "<p><i>this prompt was not recorded in this run</i></p>"
             parts.append(f'<div class="run" data-run="{html.escape(name)}"><h3>{html.escape(name)}</h3>{body}</div>')
         parts.append("</div></section>")
     return "\n".join(parts)
 
 
+STYLE = """body{font-family:sans-serif;margin:1.5em auto;max-width:1500px;padding:0 1em}
+.legends{display:flex;gap:3em;margin:.5em 0} .legend .bar{width:320px;height:14px;border:1px solid #888}
+.legend .ticks{width:320px;display:flex;justify-content:space-between;font-size:12px}
+.group{border-top:2px solid #ccc;margin-top:1em} .prompt{font-family:monospace;white-space:pre-wrap;
+background:#f4f4f4;padding:4px;margin:6px 0} .runs{display:grid;gap:1.5em} .run h3{margin:.3em 0}
+.rollout{border-top:1px solid #ddd;padding:4px 0} .facts{font-size:12px;color:#444}
+.tok{display:inline-flex;flex-direction:column;margin:1px 1px 2px 0;vertical-align:top}
+.cell{font-family:monospace;font-size:13px;padding:1px 2px;white-space:pre;line-height:16px;min-width:6px}
+.space{opacity:.75} .byte{font-size:10px;border:1px dotted currentColor}
+.control{font-size:10px;border:1px solid currentColor}
+.special{font-size:10px;border:1px solid currentColor;border-radius:3px}
+.gap{font-size:11px;color:#666;font-style:italic;margin:0 4px}
+"""
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>verl-bot training report</title>
 <style>
-body{{font-family:sans-serif;margin:1.5em auto;max-width:1500px;padding:0 1em}}
-.legends{{display:flex;gap:3em;margin:.5em 0}} .legend .bar{{width:320px;height:14px;border:1px solid #888}}
-.legend .ticks{{width:320px;display:flex;justify-content:space-between;font-size:12px}}
-.group{{border-top:2px solid #ccc;margin-top:1em}} .prompt{{font-family:monospace;white-space:pre-wrap;
-background:#f4f4f4;padding:4px;margin:6px 0}} .runs{{display:grid;gap:1.5em}} .run h3{{margin:.3em 0}}
-.rollout{{border-top:1px solid #ddd;padding:4px 0}} .facts{{font-size:12px;color:#444}}
-.tok{{display:inline-flex;flex-direction:column;margin:1px 1px 2px 0;vertical-align:top}}
-.cell{{font-family:monospace;font-size:13px;padding:1px 2px;white-space:pre;line-height:16px;min-width:6px}}
-.space{{opacity:.75}} .byte{{font-size:10px;border:1px dotted currentColor}}
-.control{{font-size:10px;border:1px solid currentColor}}
-.special{{font-size:10px;border:1px solid currentColor;border-radius:3px}}
-</style></head><body><h1>verl-bot training report</h1><p>Mean global score G per step:</p>{plot}
+{style}</style></head><body><h1>verl-bot training report</h1><p>Mean global score G per step:</p>{plot}
 {body}</body></html>"""
 
 
@@ -260,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plot, summary = _reward_plot(runs, out / "reward.png")
-    (out / "tokens.html").write_text(PAGE.format(plot=plot, body=body), encoding="utf-8")
+    (out / "tokens.html").write_text(PAGE.format(style=STYLE, plot=plot, body=body), encoding="utf-8")
     for line in summary:
         print(line)
     print(f"report: {out / 'reward.png'} and {out / 'tokens.html'} (tokens of step {step})")

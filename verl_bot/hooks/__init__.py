@@ -11,6 +11,8 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
     multi_trajectory    trainer_base.compute_advantage_for_multi_trajectories
                                                              failed rollouts out of their groups, advantage 0
     compute_metrics     PPOTrainer._compute_metrics          reward/<key>/mean, reward/flag/<name>/mean
+    tracker_panel       PPOTrainer.step                      every N steps, the token-credit panel and the S_t/A_t
+                                                             histograms in wandb and tensorboard (verl_bot.tracking)
     update_actor        PPOTrainer._update_actor             a verl-bot loss's knobs into the update's extra_info;
                                                              GRAIL: answer-span codes + knobs for the update
     ppo_loss            engine_workers.ppo_loss (worker)     those loss knobs active while the loss runs
@@ -68,6 +70,7 @@ PLAN: tuple[tuple[str, str], ...] = (
     (TRAINER_BASE, "compute_advantage:install"),
     (TRAINER_BASE, "multi_trajectory:install"),
     (TRAINER_BASE, "compute_metrics:install"),
+    (TRAINER_BASE, "tracker_panel:install"),
     (TRAINER_BASE, "update_actor:install"),
     (TRAINER_BASE, "replay_buffer:install"),
     (TRAINER_BASE, "resume:install_fit"),
