@@ -44,10 +44,11 @@ pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def launch(root: Path, name: str, out_dir: Path) -> Run:
+def launch(root: Path, name: str, out_dir: Path, trackers: bool = False) -> Run:
     """`bash recipes/cpu_train.sh` of a 4-step `bot` run saving every 2 steps into `out_dir`, started: a KL loss,
     seven prompts in eight scored by the flaky scorer of tests/test_cpu_e2e.py, every row of steps 1 and 4 recorded,
-    the rollout's samples a function of the seed, the weights and the prompts."""
+    the rollout's samples a function of the seed, the weights and the prompts. `trackers`: also wandb (offline) and
+    tensorboard, with token-credit panels of 6 rollouts x 16 tokens at steps 1, 2 and 4 (`token_panel_every=2`)."""
     run = Run(root, name, [])
     run.cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), "trainer.save_freq=2", "data.shuffle=True",
                "+algorithm.token_report_steps=[1,4]", "+algorithm.token_report_groups=0",
@@ -57,6 +58,11 @@ def launch(root: Path, name: str, out_dir: Path) -> Run:
     run.env.update({"ALGO": "bot", "STEPS": "4", "ROLLOUT": "hf", "TIMEOUT_S": "600",
                     "PY": str(ROOT / ".venv" / "bin" / "python"), "OUT_DIR": str(out_dir),
                     "MODEL_DIR": str(root / "model"), "DATA_DIR": str(root / "data")})
+    if trackers:
+        run.cmd += ["trainer.logger=[console,file,wandb,tensorboard]", "+algorithm.token_panel_every=2",
+                    "+algorithm.token_panel_rollouts=6", "+algorithm.token_panel_tokens=16"]
+        run.env.update({"WANDB_MODE": "offline", "WANDB_DIR": str(out_dir), "WANDB_SILENT": "true",
+                        "TENSORBOARD_DIR": str(out_dir / "tensorboard")})
     (root / "data").mkdir(exist_ok=True)
     for split, source in (("train", "train_flaky.parquet"), ("test", "val.parquet")):  # cpu_train.sh's file names
         target = root / "data" / f"{split}.parquet"
@@ -106,7 +112,7 @@ def actor_weights(out: Path, step: int) -> dict[str, torch.Tensor]:
 
 def test_a_killed_bot_run_resumes_from_its_checkpoint_as_if_never_stopped(workdir):  # noqa: F811 - the fixture
     ref_out, out = workdir / "resume_ref", workdir / "resume_out"
-    reference = launch(workdir, "resume_ref", ref_out)  # the two first launches side by side
+    reference = launch(workdir, "resume_ref", ref_out, trackers=True)  # the two first launches side by side
     killed = launch(workdir, "resume_1", out)
     kill_in_step_3(killed, out)
     try:
@@ -115,6 +121,7 @@ def test_a_killed_bot_run_resumes_from_its_checkpoint_as_if_never_stopped(workdi
         reference.cleanup()
     assert rc == 0, reference.output(6000)
     check_bot_steps(reference, ref_out, workdir)
+    check_trackers(ref_out)
     steps_before = [json.loads(ln)["step"] for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     assert steps_before[:2] == [1, 2] and set(steps_before) <= {1, 2, 3}, steps_before
 
@@ -248,3 +255,35 @@ def check_bot_steps(run: Run, out: Path, root: Path) -> None:
     for r in loss_rows:
         torch.testing.assert_close(torch.tensor(r["advantages"]), torch.tensor(by_old[key(r)]["advantages"]))
     assert sum(key(r) in first_two for r in loss_rows) == 64, len(loss_rows)
+
+
+def check_trackers(out: Path) -> None:
+    """The token-credit panels and histograms the reference run left in wandb's offline run and TensorBoard's
+    event files (tests/test_tracking.py reads them), against its token records of steps 1 and 4 (every row)."""
+    from tests.test_tracking import check_panel, html_panel, markdown_panel, tensorboard_panels, wandb_panels
+
+    lines = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    metrics = {line["step"]: line["data"] for line in lines}
+    assert [s for s in sorted(metrics) if "timing_s/verl_bot_panel" in metrics[s]] == [1, 2, 4]  # every 2nd, last
+    wandb, (texts, histograms, scalars) = wandb_panels(out), tensorboard_panels(out / "tensorboard")
+    assert sorted(wandb) == sorted(texts) == [1, 2, 4]
+    assert {"reward/score/mean", "actor/pg_loss", "timing_s/verl_bot_panel"} <= scalars  # verl's scalars stay
+    files = recorded_files(out / "ckpt" / "token_records")
+    for step in (1, 4):
+        records = read_records(files[step])
+        for rollouts in (html_panel(wandb[step]["html"])[0], markdown_panel(texts[step])):
+            check_panel(rollouts, records, 16)
+            # the groups of the smallest prompts (as the records are sorted), the first whole, 6 rollouts
+            assert [r["key"] for r in rollouts[:4]] == [r["key"] for r in records[:4]]
+            assert len(rollouts) == 6 and {r["key"].split("_")[0] for r in rollouts[4:]} == {records[4]["uid"]}
+        # the histograms: every token of the step (the records hold every row); S_t = (r_t - G) / w_s, w_s = 0.5
+        # (cpu_train.sh's W_LOCAL for toy_lint), w_g = 1
+        values = {"verl_bot/r_t": [x for r in records for x in r["rewards"]],
+                  "verl_bot/A_t": [x for r in records for x in r["advantages"]],
+                  "verl_bot/S_t": [(x - r["info"]["score"]) / 0.5 for r in records for x in r["rewards"]]}
+        for key, expected in values.items():
+            counts, bins = wandb[step]["histograms"][key]
+            assert sum(counts) == len(expected) and bins[0] == pytest.approx(min(expected), abs=1e-5), key
+            board = histograms[key][step]
+            assert board.num == len(expected) and board.sum == pytest.approx(sum(expected), abs=1e-3), key
+        assert min(values["verl_bot/S_t"]) == pytest.approx(-1.0, abs=1e-5)  # toy_lint's penalty S = -1

@@ -27,7 +27,15 @@ import pytest
 from tests.conftest import compose_verl_config
 from verl_bot import plugin, usage
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.hooks import _ledger, compute_advantage, compute_metrics, driver, replay_buffer, update_actor
+from verl_bot.hooks import (
+    _ledger,
+    compute_advantage,
+    compute_metrics,
+    driver,
+    replay_buffer,
+    tracker_panel,
+    update_actor,
+)
 from verl_bot.hooks import validate_config as validate_hook
 from verl_bot.hooks._patch import wrap
 
@@ -109,6 +117,39 @@ def test_a_verl_bot_run_gets_the_hooks(tq):
     metrics = {}
     compute_metrics._make_compute_metrics(Recorder())(trainer(BOT), batch(), metrics)
     assert metrics == {"reward/score/mean": 1.0, "reward/acc/mean": 1.0} and tq.reads == 1
+
+
+@pytest.mark.parametrize(("overrides", "trackers"), [
+    (STOCK, ["wandb", "tensorboard"]),  # a stock run: verl's step, whatever its trackers
+    ([*BOT, "+algorithm.token_panel_every=0"], ["wandb", "tensorboard"]),  # panels turned off
+    (BOT, ["console", "file"]),  # no tracker that shows a panel: nothing is read
+], ids=["stock", "verl-bot-every-0", "verl-bot-scalar-trackers"])
+def test_a_run_without_panels_leaves_its_tracker_files_as_verl_writes_them(overrides, trackers, tq, tmp_path,
+                                                                            monkeypatch):
+    """tracker_panel: the wrapped step is verl's (same arguments, its result), then verl's `Tracking` (real wandb
+    offline, real TensorBoard event files) logs the step's scalars: the files hold those and nothing of verl-bot's;
+    nothing was read from TransferQueue, nothing timed."""
+    from tests.test_tracking import offline_trackers, tensorboard_panels, wandb_history
+
+    run, original, metrics, timing = trainer(overrides), Recorder(), {"reward/score/mean": 0.5}, {"gen": 1.0}
+    with offline_trackers(tmp_path, monkeypatch, trackers) as run.logger:
+        assert tracker_panel._make_step(original)(run, metrics, timing, "extra", flag=True) is original.result
+        run.logger.log(data=metrics, step=1)
+    assert original.calls == [((run, metrics, timing, "extra"), {"flag": True})]
+    assert tq.reads == 0 and timing == {"gen": 1.0} and metrics == {"reward/score/mean": 0.5}
+    assert not [k for k in vars(run) if k.startswith("_verl_bot")]
+    if "wandb" in trackers:
+        _, history = wandb_history(tmp_path)
+        assert {k for items in history.values() for k in items if not k.startswith("_")} == {"reward/score/mean"}
+        texts, histograms, scalars = tensorboard_panels(tmp_path / "tb")
+        assert (texts, histograms, scalars) == ({}, {}, {"reward/score/mean"})
+
+
+def test_a_bad_panel_knob_stops_a_verl_bot_run_before_its_first_step():
+    original = Recorder()
+    with pytest.raises(VerlBotConfigError, match="algorithm.token_panel_rollouts must be >= 1"):
+        tracker_panel._make_step(original)(trainer([*BOT, "+algorithm.token_panel_rollouts=0"]), {}, {})
+    assert original.calls == []
 
 
 @pytest.mark.parametrize(("overrides", "markers"), [(STOCK, 0), (BOT, 1)], ids=["stock", "verl-bot"])
