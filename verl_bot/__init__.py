@@ -9,14 +9,14 @@ re-enter a half-initialised module through verl's plugin loader (and what
 
 Except in the command-line tools that need nothing of verl (`LIGHT_COMMANDS`,
 run as `python -m <module>`): the evaluation CLI, the quiet console of the
-CPU demo and the smoke run's verdict start in a fraction of a second, without verl's start-up warnings,
-and register nothing in verl (they never train).
+CPU demo, the smoke run's verdict and a recipe's node plan start in a fraction of a second, without verl's
+start-up warnings, and register nothing in verl (they never train).
 """
 
 import sys
 
 __version__ = "0.1.0"
-LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.smoke")
+LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.smoke", "verl_bot.node_plan")
 
 
 def _light_command() -> bool:

@@ -25,6 +25,10 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
     rollout_failure     AgentLoopWorker._run_agent_loop      a rollout lost to a dead engine marks its group
     resume              PPOTrainer.fit, tracking.FileLogger.__init__
                                                              a resumed run keeps the metrics of its earlier steps
+    node_reach          PPOTrainer.init                      on several nodes, every node reaches every reward server
+                                                             and judge before any model loads (verl_bot.reach)
+    checkpoint_retention PPOTrainer._save_checkpoint         the last max_actor_ckpt_to_keep checkpoints, also after
+                                                             a resume (verl counts only its own process's)
     weight_sync         vllm_rollout.ServerAdapter._execute_method, BucketedWeightSender._init_socket
                                                              a weight sync the rollout engine fails stops the run
                                                              (any run: see the module)
@@ -74,6 +78,8 @@ PLAN: tuple[tuple[str, str], ...] = (
     (TRAINER_BASE, "update_actor:install"),
     (TRAINER_BASE, "replay_buffer:install"),
     (TRAINER_BASE, "resume:install_fit"),
+    (TRAINER_BASE, "node_reach:install"),
+    (TRAINER_BASE, "checkpoint_retention:install"),
     (TRAINER_BASE, "resume:install_file_logger"),
     # when verl's agent loop is imported, so before verl's v1 agent loop (verl.trainer.ppo.v1.agent_loop_tq, which
     # imports it) makes its Ray actor class of AgentLoopWorker
