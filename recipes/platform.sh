@@ -8,19 +8,34 @@
 #                  gpu: NVIDIA GPUs and vLLM (the default). cpu: verl's trainer and verl's vLLM rollout on the CPU
 #                  (vLLM's CPU build from `make setup`; verl-bot's CPU platform, verl_bot/cpu/overrides.txt) with
 #                  the tiny local model and the data samples shipped in recipes/data/ (nothing downloaded).
-#                  SMOKE=1 on a machine without nvidia-smi picks cpu; a full run never falls back to it.
-#   START_JUDGE=1  start the judge the task needs here (a `vllm serve` of JUDGE_MODEL_PATH, stopped on exit);
-#                  the default for PLATFORM=cpu when no judge URL is given (a tiny local model: it answers at
-#                  random, which the reward servers turn into verdicts and flags).
+#                  SMOKE=1 on a machine without NVIDIA GPUs (no nvidia-smi listing one, no GPU_DEVICE_FILES) picks
+#                  cpu and says so; on a machine with NVIDIA device files whose nvidia-smi is missing or lists no GPU it
+#                  refuses instead of smoking on the CPU; a full run never falls back to it.
+#   START_JUDGE=1  start the judges the task needs here (a `vllm serve` of JUDGE_MODEL_PATH, and for React of
+#                  VLM_JUDGE_MODEL_PATH when set; stopped on exit). auto (the default): when the run needs a judge,
+#                  none is given by URL and the recipe starts its reward server (START_SERVER=1, SMOKE=1); on a GPU
+#                  node each judge gets its own GPUs of the node plan (JUDGE_GPUS, VLM_JUDGE_GPUS: recipes/common.sh,
+#                  verl_bot/node_plan.py), on the CPU a tiny local model (it answers at random, which the reward
+#                  servers turn into verdicts and flags) whenever no judge URL is given.
 
 : "${ROOT:?set ROOT before sourcing recipes/platform.sh}"
 : "${TASK:?set TASK before sourcing recipes/platform.sh}"
 : "${MODEL_TAG:?set MODEL_TAG before sourcing recipes/platform.sh}"
 SMOKE=${SMOKE:-0}
+GPU_DEVICE_FILES=${GPU_DEVICE_FILES:-/dev/nvidia[0-9]*}   # the device files of an NVIDIA GPU: this is a GPU node
 if [[ -z "${PLATFORM:-}" ]]; then
     PLATFORM=gpu
     if [[ "${SMOKE}" == 1 ]] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+        if _vb_device=$(compgen -G "${GPU_DEVICE_FILES}"); then
+            { set +x; } 2>/dev/null
+            echo "recipe: SMOKE=1 on a GPU node (${_vb_device%%$'\n'*}) whose nvidia-smi" \
+                "$(command -v nvidia-smi >/dev/null && echo lists no GPU || echo is not on PATH): the smoke would" \
+                "run on the CPU; fix the driver or PATH, or set PLATFORM=cpu to smoke on the CPU" >&2
+            exit 2
+        fi
         PLATFORM=cpu
+        echo "platform: cpu (SMOKE=1 on a machine without NVIDIA GPUs: no nvidia-smi lists one," \
+            "no ${GPU_DEVICE_FILES})" >&2
     fi
 fi
 [[ "${PLATFORM}" == gpu || "${PLATFORM}" == cpu ]] || {
@@ -51,10 +66,22 @@ if [[ "${PLATFORM}" == cpu ]]; then
     VPS_MAX_CUTS=${VPS_MAX_CUTS:-4}
     VPS_CUT_QUANTILE=${VPS_CUT_QUANTILE:-0.25}
     REWARD_TIMEOUT_S=${REWARD_TIMEOUT_S:-120}
-    START_JUDGE=${START_JUDGE:-auto}       # recipes/common.sh: 1 when the run needs a judge and none is given
     JUDGE_MAX_TOKENS=${JUDGE_MAX_TOKENS:-64}   # a verdict fits in 64 tokens; the tiny judge would ramble for 512
+    JUDGE_MODEL_PATH=${JUDGE_MODEL_PATH:-${ROOT}/outputs/tiny_judge_model}   # built when missing (recipes/common.sh)
+    JUDGE_START_TIMEOUT_S=${JUDGE_START_TIMEOUT_S:-180}
 fi
-START_JUDGE=${START_JUDGE:-0}
+START_JUDGE=${START_JUDGE:-auto}           # recipes/common.sh: auto is 1 when the run needs a judge it must start
 JUDGE_MAX_TOKENS=${JUDGE_MAX_TOKENS:-}     # tokens per judge answer (empty: the reward server's default, 512)
-JUDGE_MODEL_PATH=${JUDGE_MODEL_PATH:-${ROOT}/outputs/tiny_judge_model}   # START_JUDGE=1: built when missing on cpu
+# START_JUDGE=1 on a GPU node: the LLM code judge (React) or step judge (AIME), and React's optional VLM judge,
+# each a `vllm serve` on its own GPUs (JUDGE_GPUS, VLM_JUDGE_GPUS; empty: the node plan's), a replica per JUDGE_TP
+# GPUs, at JUDGE_GPU_MEMORY_UTILIZATION of each (vllm serve's own default, stated).
+JUDGE_MODEL_PATH=${JUDGE_MODEL_PATH:-Qwen/Qwen2.5-7B-Instruct}
+VLM_JUDGE_MODEL_PATH=${VLM_JUDGE_MODEL_PATH:-}   # e.g. Qwen/Qwen2.5-VL-7B-Instruct (React; empty: no VLM judge)
+JUDGE_GPUS=${JUDGE_GPUS:-}
+VLM_JUDGE_GPUS=${VLM_JUDGE_GPUS:-}
+JUDGE_TP=${JUDGE_TP:-1}
+JUDGE_GPU_MEMORY_UTILIZATION=${JUDGE_GPU_MEMORY_UTILIZATION:-0.9}
+JUDGE_START_TIMEOUT_S=${JUDGE_START_TIMEOUT_S:-1800}   # a first start downloads the model (15 GB for a 7B)
+JUDGE_SERVE_ARGS=${JUDGE_SERVE_ARGS:-}     # extra `vllm serve` flags for the judges started here
 JUDGE_PORT=${JUDGE_PORT:-8790}
+VLM_JUDGE_PORT=${VLM_JUDGE_PORT:-8791}

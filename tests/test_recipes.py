@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import http.server
+import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -30,8 +32,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from tests import fake_gpus
 from tests.conftest import compose_verl_config, free_port
-from verl_bot import token_records
+from verl_bot import node_plan, token_records
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["react_qwen", "react_smollm", "react_phi", "aime_qwen", "aime_smollm", "aime_phi"]
@@ -44,9 +47,12 @@ MODELS = {
 
 
 def base_env(data: dict, **extra: str) -> dict:
-    """A clean environment: nothing the recipes read leaks in from the caller's shell."""
+    """A clean environment: nothing the recipes read leaks in from the caller's shell. The node is the recipes' own
+    (tests/fake_gpus.py's nvidia-smi: 8 idle 80 GB GPUs, whatever this machine has); the hub is not asked."""
     env = {
-        "PATH": os.environ["PATH"],
+        "PATH": f"{data['home'] / 'smi'}:{os.environ['PATH']}",
+        "FAKE_GPUS": str(data["idle8"]),
+        "HF_HUB_OFFLINE": "1",
         "HOME": str(data["home"]),
         "PY": sys.executable,
         "OUT_DIR": str(data["home"] / "out"),
@@ -105,38 +111,83 @@ def data(tmp_path_factory) -> dict:
         [py, "recipes/data/aime.py", "--input", "recipes/data/aime_sample.jsonl", "--out-dir", str(home / "aime")],
     ):
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    fake_gpus.install(home / "smi")
+    # Qwen2.5-3B-Instruct's config.json in the Hugging Face cache, as a download leaves it: a launch sizes its
+    # checkpoints from it (the disk check)
+    snapshot = home / ".cache/huggingface/hub/models--Qwen--Qwen2.5-3B-Instruct"
+    (snapshot / "snapshots" / "0").mkdir(parents=True)
+    (snapshot / "refs").mkdir()
+    (snapshot / "refs" / "main").write_text("0")
+    (snapshot / "snapshots" / "0" / "config.json").write_text(json.dumps(QWEN25_3B_CONFIG))
     # no_aime: a fresh checkout, where the AIME data is not made yet
-    return {"home": home, "react": home / "react", "aime": home / "aime", "no_aime": home / "no_aime"}
+    return {"home": home, "react": home / "react", "aime": home / "aime", "no_aime": home / "no_aime",
+            "idle8": fake_gpus.write_spec(home / "idle8.json")}
+
+
+FAKE_SERVE = """# a fake `vllm serve` (vllm.entrypoints.cli.main): answers GET /v1/models, records how it was started
+import http.server, json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_VLLM_LOG"], "a") as f:
+    f.write(json.dumps({"argv": args, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                        "order": os.environ.get("CUDA_DEVICE_ORDER")}) + "\\n")
+class Models(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.end_headers()
+        self.wfile.write(b'{"data": [{"id": "judge"}]}')
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Models).serve_forever()
+"""
+QWEN25_3B_CONFIG = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 2048,
+                    "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
+                    "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
+
+
+def readme_commands() -> dict[str, list[str]]:
+    """The README's single-node commands ("On a GPU node"), as a user types them: SMOKE=1 and the full run."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## On a GPU node"):]
+    section = section[: section.index("\n## ", 1)]
+    found = {}
+    for line in section.splitlines():
+        words = shlex.split(line.strip()) if line.startswith("    ") and "bash recipes/" in line else []
+        if words:
+            found["smoke" if "SMOKE=1" in words else "run"] = words
+    return found
+
+
+def readme_launch(data: dict, words: list[str], fake: Path, ports: dict) -> tuple[str, dict, tuple]:
+    """(recipe, environment, arguments) of a README command on a node of 8 idle 80 GB GPUs (tests/fake_gpus.py),
+    with a fake `vllm serve` for the judge and verl's `--cfg job` in place of training; the model's config.json
+    in the Hugging Face cache as a download leaves it (the disk check sizes its checkpoints from it)."""
+    env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("recipes/"))
+    script = next(w for w in words if w.startswith("recipes/"))
+    name = Path(script).stem
+    out = data["home"] / f"readme_{'smoke' if env.get('SMOKE') == '1' else 'run'}"
+    return name, base_env(data, **data_env(name, data), **env, PYTHONPATH=str(fake / "py"), OUT_DIR=str(out),
+                          FAKE_VLLM_LOG=str(out / "fake_vllm.jsonl"), REWARD_PORT=str(ports["reward"]),
+                          JUDGE_PORT=str(ports["judge"]), SERVER_START_TIMEOUT_S="240"), ("--cfg", "job")
 
 
 @pytest.fixture(scope="module")
 def slow(data):
-    """The process-level checks, two at a time, started before the in-process tests run."""
+    """The process-level checks, two at a time, started before the in-process tests run: a real DRY_RUN=1, and the
+    README's two single-node commands through the whole launch path (node plan, judge and reward server started,
+    checked and stopped) with a fake nvidia-smi and `vllm serve`, `--cfg job` in place of training."""
     fake = data["home"] / "fake"
-    (fake / "bin").mkdir(parents=True)
-    (fake / "py" / "vllm").mkdir(parents=True)
-    (fake / "py" / "vllm" / "__init__.py").write_text("")
-    smi = fake / "bin" / "nvidia-smi"
-    smi.write_text('#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo "GPU $i: Fake (UUID: GPU-$i)"; done\n')
-    smi.chmod(0o755)
-    port = free_port()
-    server_env = base_env(
-        data,
-        **data_env("aime_qwen", data),
-        PATH=f"{fake / 'bin'}:{os.environ['PATH']}",
-        PYTHONPATH=str(fake / "py"),
-        ALGO="grpo",
-        START_SERVER="1",
-        REWARD_PORT=str(port),
-        SERVER_START_TIMEOUT_S="240",
-    )
+    (fake / "py" / "vllm" / "entrypoints" / "cli").mkdir(parents=True)
+    for package in ("vllm", "vllm/entrypoints", "vllm/entrypoints/cli"):
+        (fake / "py" / package / "__init__.py").write_text("")
+    (fake / "py" / "vllm" / "entrypoints" / "cli" / "main.py").write_text(FAKE_SERVE)
+    ports = {key: {"reward": free_port(), "judge": free_port()} for key in ("smoke", "run")}
     jobs = {
         "dry_run": ("aime_smollm", base_env(data, DRY_RUN="1", ALGO="dapo", DATA_DIR=str(data["no_aime"])), ()),
-        "start_server": ("aime_qwen", server_env, ("--cfg", "job")),
+        **{f"readme_{key}": readme_launch(data, words, fake, ports[key]) for key, words in readme_commands().items()},
     }
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     futures = {key: pool.submit(run_recipe, name, env, *args, timeout=500) for key, (name, env, args) in jobs.items()}
-    yield {"futures": futures, "port": port}
+    yield {"futures": futures, "ports": ports, "envs": {key: env for key, (_, env, _) in jobs.items()}}
     pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -467,7 +518,7 @@ def test_env_settings_reach_the_config(data, slow):
     assert cfg.trainer.experiment_name == "aime_qwen_gspo_token_s0"
     assert cfg.trainer.total_training_steps == 7
     assert list(cfg.algorithm.token_report_steps) == [1, -1] and cfg.algorithm.token_report_groups == 2
-    assert cfg.algorithm.token_report_dir == str(Path(cfg.trainer.default_local_dir).parent / "token_records")
+    assert cfg.algorithm.token_report_dir == str(data["home"] / "out" / "token_records")
     assert token_records.recorded_steps(cfg.algorithm, cfg.trainer.total_training_steps) == {1, 7}
 
 
@@ -703,9 +754,14 @@ def test_judge_endpoint_down_is_one_line(data):
 
 
 def test_start_server_needs_the_judge_it_requires(data):
-    res = run_recipe("react_qwen", launch_env(data, "react_qwen", START_SERVER="1"))
+    """START_SERVER=1 starts the judge it needs (START_JUDGE=auto); with START_JUDGE=0 and no judge URL it says
+    which variable to set."""
+    res = run_recipe("react_qwen", launch_env(data, "react_qwen", START_SERVER="1", START_JUDGE="0"))
     assert res.returncode == 2
-    assert last_line(res.stderr).startswith("recipe: START_SERVER=1 needs LLM_JUDGE_BASE_URL (the LLM code judge)")
+    assert last_line(res.stderr) == (
+        "recipe: START_SERVER=1 needs LLM_JUDGE_BASE_URL (the LLM code judge): set it, or START_JUDGE=1 to start one "
+        "here from JUDGE_MODEL_PATH, or REQUIRE_JUDGE=0 to run without it"
+    )
 
 
 def test_dry_run_prints_verls_composed_config(data, slow):
@@ -719,18 +775,79 @@ def test_dry_run_prints_verls_composed_config(data, slow):
     assert printed.actor_rollout_ref.actor.clip_ratio_high == 0.28
 
 
-def test_start_server_starts_checks_and_stops_the_reward_server(data, slow):
-    res = slow["futures"]["start_server"].result()
-    assert res.returncode == 0, res.stderr[-3000:]
-    url = f"http://127.0.0.1:{slow['port']}"
-    printed = OmegaConf.create(res.stdout)
-    assert printed.reward.reward_kwargs.bot.scorers.aime == url
-    assert f"curl -sf --max-time 20 {url}/health" in res.stderr  # checked after the start
-    log = (data["home"] / "out" / "reward_server.log").read_text()
-    assert "Uvicorn running" in log
+def readme_ckpt(data: dict, env: dict, keep_at_once: int) -> tuple[Path, str | None]:
+    """Where the README's run keeps its checkpoints, and the disk check's refusal on this machine's disk (None when
+    its `keep_at_once` checkpoints of Qwen2.5-3B fit: they do on a disk with 69 GiB free)."""
+    ckpt = data["home"] / "verl_bot_ckpt" / "verl_bot" / f"react_qwen_bot_s0{'_smoke' if env.get('SMOKE') else ''}"
+    free, existing = node_plan.disk_state(str(ckpt))
+    params = node_plan.param_count(QWEN25_3B_CONFIG)
+    saves = 1 if env.get("SMOKE") else 6
+    assert node_plan.kept_at_once(2, saves) == keep_at_once
+    return ckpt, node_plan.disk_problem(str(ckpt), free, existing, params, 2, saves)
+
+
+def check_readme_launch(data: dict, slow: dict, key: str) -> subprocess.CompletedProcess | None:
+    """What both README commands must show on 8 idle 80 GB GPUs: the plan (trainer 0-3, the judge on 4-7, memory and
+    disk checked), the judge started on its GPUs only, the trainer on its own, the reward server started, checked and
+    stopped with the judge. None when this machine's disk cannot hold the checkpoints (then that is the one line)."""
+    res, env = slow["futures"][f"readme_{key}"].result(), slow["envs"][f"readme_{key}"]
+    ckpt, disk = readme_ckpt(data, env, 1 if key == "smoke" else 2)
+    if disk is not None:
+        assert res.returncode == 2 and last_line(res.stderr) == f"recipe: {disk}", res.stderr[-3000:]
+        return None
+    plan = next(line for line in res.stderr.splitlines() if line.startswith("node plan: "))
+    at_once = 1 if key == "smoke" else 2
+    assert plan.startswith(
+        "node plan: trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a step), LLM judge GPUs 4,5,6,7, "
+        f"no GPU idle; checkpoints: {at_once} at once of 34.5 GiB in {ckpt} ("
+    ), plan
+    out, ports = Path(env["OUT_DIR"]), slow["ports"][key]
+    judges = [json.loads(line) for line in (out / "fake_vllm.jsonl").read_text().splitlines()]
+    assert judges == [{
+        "argv": ["serve", "Qwen/Qwen2.5-7B-Instruct", "--gpu-memory-utilization", "0.9", "--tensor-parallel-size",
+                 "1", "--data-parallel-size", "4", "--host", "127.0.0.1", "--port", str(ports["judge"]),
+                 "--served-model-name", "judge"],
+        "gpus": "4,5,6,7", "order": "PCI_BUS_ID",
+    }]
+    assert "+ export CUDA_VISIBLE_DEVICES=0,1,2,3 CUDA_DEVICE_ORDER=PCI_BUS_ID" in res.stderr  # the trainer's
+    assert f"curl -sf --max-time 20 http://127.0.0.1:{ports['reward']}/health" in res.stderr  # checked after start
+    assert "Uvicorn running" in (out / "reward_server.log").read_text()
+    assert (out / "ckpt").is_symlink() and (out / "ckpt").resolve() == ckpt
     time.sleep(0.5)
-    with socket.socket() as s:  # stopped on exit: the port is free again
-        assert s.connect_ex(("127.0.0.1", slow["port"])) != 0
+    for port in ports.values():  # the judge and the reward server stopped on exit: their ports are free again
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0
+    return res
+
+
+def test_the_readmes_full_run_starts_its_judge_beside_the_trainer_on_an_8_gpu_node(data, slow):
+    """README, "On a GPU node": `START_SERVER=1 ALGO=bot bash recipes/react_qwen.sh` as typed, `--cfg job` in place
+    of training: the composed run trains on 4 GPUs, keeps 2 checkpoints outside the repository, scores on the server
+    the recipe started, whose health says the judge the recipe started is up."""
+    assert readme_commands()["run"] == ["START_SERVER=1", "ALGO=bot", "bash", "recipes/react_qwen.sh"]
+    res = check_readme_launch(data, slow, "run")
+    if res is None:
+        return
+    assert res.returncode == 0, res.stderr[-3000:]
+    printed = OmegaConf.create(res.stdout)
+    assert (printed.trainer.n_gpus_per_node, printed.trainer.nnodes) == (4, 1)
+    assert printed.trainer.max_actor_ckpt_to_keep == printed.trainer.max_critic_ckpt_to_keep == 2
+    assert not Path(printed.trainer.default_local_dir).is_relative_to(ROOT)
+    assert printed.reward.reward_kwargs.bot.scorers.react == f"http://127.0.0.1:{slow['ports']['run']['reward']}"
+
+
+def test_the_readmes_smoke_names_its_node_plan_in_the_verdict(data, slow):
+    """README: `SMOKE=1 ALGO=bot bash recipes/react_qwen.sh` on a GPU node starts the judge it needs (no variable to
+    set) and its verdict block names the plan it ran on (here a FAIL: `--cfg job` trains no step)."""
+    assert readme_commands()["smoke"] == ["SMOKE=1", "ALGO=bot", "bash", "recipes/react_qwen.sh"]
+    res = check_readme_launch(data, slow, "smoke")
+    if res is None:
+        return
+    verdict = res.stdout[res.stdout.index("== verl-bot smoke verdict"):]
+    engine = next(line.strip() for line in verdict.splitlines() if line.strip().startswith("rollout engine"))
+    assert "verl's vLLM rollout; node plan: trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a step), " \
+           "LLM judge GPUs 4,5,6,7, no GPU idle; checkpoints: 1 at once" in engine, engine
+    assert "  platform            gpu\n" in verdict and res.returncode == 1
 
 
 # What a model's recipe changes against the task's qwen recipe (recipes/README.md, "Models"): the model, its run's
@@ -782,3 +899,160 @@ def test_a_model_recipe_differs_from_qwens_only_in_its_named_keys(name, platform
             must |= {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
                      "actor_rollout_ref.rollout.max_model_len"}
         assert must <= differ <= allowed, (algo, sorted(differ - allowed), sorted(must - differ))
+
+
+# --- the node plan (verl_bot/node_plan.py) as the recipes compose and check it ------------------------------------
+def plan_line(stderr: str) -> str:
+    return next(line for line in stderr.splitlines() if line.startswith("node plan: "))
+
+
+@pytest.mark.parametrize(
+    "name, env, plan",
+    [
+        # the judges given by URL (or none needed): the trainer takes the node, but AIME's 64 rollouts keep 4 engines
+        ("react_qwen", {}, "trainer GPUs 0,1,2,3,4,5,6,7 (8 x 80 GiB; 16 rollouts per vLLM engine a step), no GPU "
+         "idle"),
+        ("aime_qwen", {"ALGO": "grpo"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 16 rollouts per vLLM engine a step), idle "
+         "GPUs 4,5,6,7"),
+        # the recipe starts the judge it needs (START_SERVER=1: START_JUDGE=auto) on the GPUs the trainer leaves
+        ("react_smollm", {"START_SERVER": "1"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a "
+         "step), LLM judge GPUs 4,5,6,7, no GPU idle"),
+        ("react_phi", {"START_SERVER": "1", "VLM_JUDGE_MODEL_PATH": "Qwen/Qwen2.5-VL-7B-Instruct"}, "trainer GPUs "
+         "0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a step), LLM judge GPUs 4,5, VLM judge GPUs 6,7, no GPU "
+         "idle"),
+        ("aime_smollm", {"START_SERVER": "1", "ALGO": "pure"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 16 rollouts per "
+         "vLLM engine a step), step judge GPUs 4,5,6,7, no GPU idle"),
+        ("aime_phi", {"START_SERVER": "1", "ALGO": "reco"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 16 rollouts per vLLM "
+         "engine a step), idle GPUs 4,5,6,7"),  # reco needs no step judge
+        ("react_qwen", {"START_SERVER": "1", "FAKE_GPUS": "7"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per "
+         "vLLM engine a step), LLM judge GPUs 4,5,6, no GPU idle"),  # 7 GPUs: verl would pad 128 rollouts on 7 or 6
+        ("aime_qwen", {"SMOKE": "1", "PLATFORM": "gpu"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 16 rollouts per vLLM "
+         "engine a step), step judge GPUs 4,5,6,7, no GPU idle"),  # the smoke runs on the full run's plan
+    ],
+)
+def test_every_recipes_gpu_command_line_is_its_node_plan(name, env, plan, data, tmp_path):
+    """DRY_RUN=args on the fake nvidia-smi's 8 idle 80 GB GPUs (7 in one case): the plan the recipe prints is the
+    one its command line composes (trainer.n_gpus_per_node), and verl accepts that line."""
+    if env.get("FAKE_GPUS"):
+        env = {**env, "FAKE_GPUS": str(fake_gpus.write_spec(tmp_path / "gpus.json", n=int(env["FAKE_GPUS"])))}
+    args, stderr = dry_run_args(name, data, **env)
+    assert plan_line(stderr) == f"node plan: {plan}"
+    cfg = compose_verl_config(args)
+    assert cfg.trainer.n_gpus_per_node == len(plan.split(" (")[0].split(" ")[-1].split(","))
+    assert cfg.trainer.max_actor_ckpt_to_keep == 2
+
+
+def test_without_nvidia_smi_a_dry_run_plans_the_recipes_node(data, tmp_path):
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\nexit 127\n")  # what a machine without the driver answers
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    args, stderr = dry_run_args("react_qwen", data, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    assert plan_line(stderr).endswith(", no GPU idle (assumed: 8 GPUs of 80 GB, no nvidia-smi here)")
+    assert "trainer.n_gpus_per_node=8" in args
+
+
+def test_several_nodes_give_every_process_of_the_run_the_judges_to_reach(data):
+    args = recipe_args("aime_qwen", data, NNODES="2", REWARD_URL="http://rw1:8802",
+                       STEP_JUDGE_BASE_URL="http://judge1:8000/v1")
+    cfg = compose_verl_config(args)
+    reach = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_BOT_REACH_URLS
+    assert reach == "STEP_JUDGE_BASE_URL=http://judge1:8000/v1"
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 2)  # 64 rollouts: 4 engines of 16 in all
+
+
+def refused(data: dict, name: str, tmp_path: Path, gpus: dict | None = None, **env: str) -> str:
+    """The launch's one line: it stops before the judge, the reward server or Ray starts (START_SERVER=1 would
+    start both here)."""
+    spec = fake_gpus.write_spec(tmp_path / "gpus.json", **(gpus or {}))
+    out = tmp_path / "out"
+    res = run_recipe(name, base_env(data, **data_env(name, data), **{"START_SERVER": "1", "FAKE_GPUS": str(spec),
+                                                                     "OUT_DIR": str(out), **env}))
+    assert res.returncode == 2 and res.stdout == "", res.stderr[-3000:]
+    assert not (out / "judge.log").exists() and not (out / "reward_server.log").exists()
+    return last_line(res.stderr)
+
+
+CKPT = "verl_bot_ckpt/verl_bot"
+
+
+def test_a_busy_gpu_is_refused_with_its_holder(data, tmp_path):
+    """The README's old judge (`vllm serve` at 90% of GPU 0, started by hand) on the GPU the plan gives the trainer."""
+    line = refused(data, "react_qwen", tmp_path, {"free": {0: 8112}, "apps": {4242: 0}})
+    assert line == (
+        "recipe: GPU 0 has 7.9 GiB free of 79.6 GiB, below the 50.7 GiB the trainer asks there (0.6 x 79.6 GiB + 2.9 "
+        "GiB of the actor's weights); held by pid 4242 (nvidia-smi): free it, or give the run other GPUs "
+        "(TRAIN_GPUS, JUDGE_GPUS; with room: 1,2,3,4,5,6,7)"
+    )
+
+
+@pytest.mark.parametrize(
+    "gpus, env, line",
+    [
+        ({"n": 7}, {"NGPUS_PER_NODE": "7", "START_JUDGE": "0", "REQUIRE_JUDGE": "0"}, "recipe: 7 trainer GPU(s) x 1 "
+         "node(s) do not divide the 128 rollouts of a mini-batch (16 prompts x 8): verl would pad every step to 896 "
+         "rows with synthetic ones; use a GPU count that divides 128 (NGPUS_PER_NODE or TRAIN_GPUS), or change "
+         "TRAIN_BATCH_SIZE"),
+        ({"n": 0}, {}, "recipe: nvidia-smi lists no GPU on this node (a driver or container problem?)"),
+        ({"broken": 9}, {}, "recipe: nvidia-smi lists no GPU on this node (a driver or container problem?)"),
+        ({}, {"VERL_PLATFORM": "cpu"}, "recipe: VERL_PLATFORM=cpu is set in this GPU run's environment: it would turn "
+         "verl-bot's CPU backend on (training on the CPU); unset it (PLATFORM=cpu runs the recipe on the CPU)"),
+        ({}, {"CUDA_VISIBLE_DEVICES": ""}, "recipe: CUDA_VISIBLE_DEVICES is set but empty: CUDA sees none of this "
+         "node's 8 GPU(s); unset it (the recipe picks the GPUs: TRAIN_GPUS, JUDGE_GPUS)"),
+        ({}, {"NNODES": "2"}, "recipe: NNODES=2 with START_JUDGE=1: the Ray cluster of a multi-node run is started "
+         "before the recipe and may hold every GPU of this node; serve the judges outside it and pass their URLs "
+         "(LLM_JUDGE_BASE_URL, VLM_JUDGE_BASE_URL, STEP_JUDGE_BASE_URL)"),
+        ({}, {"NNODES": "2", "REWARD_HOST": "127.0.0.1", "REQUIRE_JUDGE": "0"}, "recipe: NNODES=2 and REWARD_URL is at "
+         "http://127.0.0.1:8801, a loopback address the other nodes cannot reach; use an address every node reaches "
+         "(REWARD_HOST for the reward server the recipe starts)"),
+    ],
+)
+def test_what_cannot_run_stops_before_anything_starts_in_one_line(gpus, env, line, data, tmp_path):
+    assert refused(data, "react_qwen", tmp_path, gpus, **env) == line
+
+
+def test_checkpoints_the_disk_cannot_hold_are_refused(data, tmp_path):
+    # 12 PB a checkpoint (the weights offloaded to the CPU: no GPU would hold their shard either)
+    line = refused(data, "aime_qwen", tmp_path, MODEL_PARAMS="1e15", OFFLOAD="True", ALGO="grpo")
+    ckpt = data["home"] / CKPT / "aime_qwen_grpo_s0"
+    assert line.startswith(f"recipe: CKPT_DIR={ckpt} is on a disk with ")
+    assert line.endswith(" GiB free, below the 22351741.8 GiB the run's checkpoints take: 2 of 11175870.9 GiB at once "
+                         "(KEEP_CKPTS=2, 8 save(s); 1000000.00B parameters x 12 bytes: fp32 weights and Adam's "
+                         "moments); point CKPT_DIR at a disk with room")
+
+
+def test_a_judge_given_by_url_is_refused_on_the_trainers_gpus(data, tmp_path, fake_server):
+    """The judge's port is served by this test's process, which the fake nvidia-smi shows on GPU 0; several nodes
+    refuse its loopback address."""
+    url = fake_server(b"{}")
+    judge = {"LLM_JUDGE_BASE_URL": f"{url}/v1"}
+    line = refused(data, "react_qwen", tmp_path, {"apps": {os.getpid(): 0}}, TRAIN_GPUS="0,1,2,3", **judge)
+    assert line == (
+        f"recipe: LLM_JUDGE_BASE_URL={url}/v1 (pid {os.getpid()}) is served from GPU 0, which the trainer needs "
+        "(TRAIN_GPUS=0,1,2,3): give the trainer other GPUs, or let the recipe start and place the judge (unset the "
+        "URL; START_JUDGE=1 with JUDGE_MODEL_PATH)"
+    )
+    line = refused(data, "react_qwen", tmp_path, {"apps": {os.getpid(): 0}}, NNODES="2", **judge)
+    assert line.startswith(f"recipe: NNODES=2 and LLM_JUDGE_BASE_URL is at {url}/v1, a loopback address")
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_a_gpu_node_whose_nvidia_smi_fails_does_not_smoke_on_the_cpu(listed, data, tmp_path):
+    """SMOKE=1 on a machine with NVIDIA device files (GPU_DEVICE_FILES) whose nvidia-smi lists no GPU refuses; without
+    them it runs on the CPU platform and says so."""
+    devices = tmp_path / "nvidia0"
+    if listed:
+        devices.write_text("")
+    spec = fake_gpus.write_spec(tmp_path / "gpus.json", n=0)
+    env = base_env(data, **data_env("aime_qwen", data), SMOKE="1", DRY_RUN="args", FAKE_GPUS=str(spec),
+                   GPU_DEVICE_FILES=str(tmp_path / "nvidia[0-9]*"))
+    res = run_recipe("aime_qwen", env)
+    if listed:
+        assert res.returncode == 2 and res.stdout == ""
+        assert last_line(res.stderr) == (
+            f"recipe: SMOKE=1 on a GPU node ({devices}) whose nvidia-smi lists no GPU: the smoke would run on the CPU; "
+            "fix the driver or PATH, or set PLATFORM=cpu to smoke on the CPU"
+        )
+    else:
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert (f"platform: cpu (SMOKE=1 on a machine without NVIDIA GPUs: no nvidia-smi lists one, no "
+                f"{tmp_path}/nvidia[0-9]*)") in res.stderr.splitlines()
+        assert "trainer.n_gpus_per_node=1" in res.stdout.splitlines()
