@@ -24,6 +24,16 @@ def test_advantage_benchmark_prints_ratios():
     assert "ratio bot/grpo " in proc.stdout and "bot extra memory" in proc.stdout
 
 
+def test_token_panel_benchmark_prints_ratios():
+    """benchmarks/token_panel.py, tiny: a real TransferQueue, verl's `Tracking` with wandb (offline) and tensorboard."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "token_panel.py"), "--rows", "16", "--group", "4", "--tokens",
+           "32", "--prompt", "16", "--repeats", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ratio panel/baseline (full step, defaults): wall " in proc.stdout, proc.stdout
+    assert "panel size at defaults: HTML " in proc.stdout and "ratio panel 4x/defaults" in proc.stdout
+
+
 def test_steps_to_threshold_uses_the_trailing_mean():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from compare import steps_to_threshold

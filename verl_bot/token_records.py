@@ -138,6 +138,7 @@ def _byte_level_alphabet() -> dict[str, int]:
     return {chr(c): b for b, c in chars.items()}
 
 
+@functools.lru_cache(maxsize=8)  # a run's tokenizer, asked at every recorded step and panel: its JSON is megabytes
 def is_byte_level(tokenizer: Any) -> bool:
     """True when the tokenizer's decoder is byte-level BPE (GPT-2, Qwen, SmolLM, Llama 3, Phi-4 style)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)

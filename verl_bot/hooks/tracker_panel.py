@@ -90,17 +90,21 @@ def step_values(data: Any, padding: list[bool], dense: tuple[float, float] | Non
         scores = np.array([float(i.get("score", np.nan)) for i in infos])
         values["local"] = torch.from_numpy(tracking.local_signal(values["rewards"].numpy(), scores, np.array(lengths),
                                                                  *dense))
-    return {name: array[keep].numpy() for name, array in values.items()}
+    everything = bool(keep.all())  # single-turn rollouts without padding rows: no copy
+    return {name: (array if everything else array[keep]).numpy() for name, array in values.items()}
 
 
 def panel_records(trainer: Any, batch: Any, data: Any, padding: list[bool], rollouts: int) -> list[dict]:
     """The token records (`verl_bot.token_records`) of the panel's rollouts of the step."""
     prompts = data["prompts"]
     ids = [row.tolist() for row in prompts.unbind()] if getattr(prompts, "is_nested", False) else prompts.tolist()
-    real = [i for i, pad in enumerate(padding) if not pad]
-    texts = trainer.tokenizer.batch_decode([ids[i] for i in real], skip_special_tokens=True)
     uids = [str(u) for u in column_values(data["uid"])]
-    chosen = [real[i] for i in tracking.chosen_rows([uids[i] for i in real], texts, rollouts)]
+    real = [i for i, pad in enumerate(padding) if not pad]
+    first = {uids[i]: i for i in reversed(real)}  # a group's rollouts share its prompt: one decode per group
+    texts = dict(zip(first, trainer.tokenizer.batch_decode([ids[i] for i in first.values()],
+                                                           skip_special_tokens=True), strict=True))
+    chosen = [real[i] for i in tracking.chosen_rows([uids[i] for i in real], [texts[uids[i]] for i in real],
+                                                    rollouts)]
     rows = types.SimpleNamespace(keys=[batch.keys[i] for i in chosen], partition_id=batch.partition_id,
                                  tags=[batch.tags[i] for i in chosen])
     algorithm = trainer.config.algorithm
