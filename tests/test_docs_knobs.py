@@ -3,8 +3,9 @@
 The knobs, read from the code (`ast` for what a function reads, the settings classes for the rest):
 
 - `+algorithm.<name>`: the fields of `PassSettings`, `VPSSettings`, `GrailSettings` (with their `pass_`, `vps_`,
-  `grail_` prefixes), ReCo's `KNOBS` (estimator and loss), the token-report keys, and every `.get("<name>", ...)`
-  in verl_bot/ whose name starts with an estimator's or loss's prefix (`bot_options`, PURE's adapter, ...);
+  `grail_` prefixes), ReCo's `KNOBS` (estimator and loss), the token-report keys, the token panel's `KNOBS`
+  (`verl_bot.tracking`), and every `.get("<name>", ...)` in verl_bot/ whose name starts with an estimator's or
+  loss's prefix (`bot_options`, PURE's adapter, ...);
 - `+reward.reward_kwargs.bot.<name>`: the manager's `DEFAULTS` and `scorers`;
 - environment variables: the values of verl_bot/'s `*_ENV` / `*_ENVS` constants and every literal name it reads
   from `os.environ`, but the process variables in `NOT_SETTINGS`.
@@ -20,7 +21,7 @@ import fnmatch
 import re
 from pathlib import Path
 
-from verl_bot import token_records
+from verl_bot import token_records, tracking
 from verl_bot.advantage import pass_, reco, vps
 from verl_bot.advantage.grail import GrailSettings
 from verl_bot.losses import reco as reco_loss
@@ -91,6 +92,7 @@ def algorithm_knobs() -> dict[str, object]:
         token_records.STEPS_KEY: UNSET,
         token_records.GROUPS_KEY: token_records.DEFAULT_GROUPS,
         token_records.DIR_KEY: UNSET,
+        **tracking.KNOBS,
     }
 
 

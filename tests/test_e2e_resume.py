@@ -15,6 +15,8 @@ tests/test_cpu_e2e.py:
 - the advantages the actor's loss used are those (rows matched by their old log-probs);
 - the reference model ran (actor/kl_loss); the step's metrics carry the reward and estimator diagnostics; the token
   records of step 1 are that step's rows.
+The reference also logs to wandb (offline) and tensorboard: its token-credit panels and S_t/A_t histograms (issue 37)
+are read back from both trackers' files equal to its token records (`check_trackers`).
 Checked on the kill and the resume, against the reference: the metrics file holds every step once, the killed
 launch's steps 1-2 kept (verl_bot/hooks/resume.py); each step trained the same prompts with the same responses and
 rewards (the dataloader continues where the checkpoint left it: the 4 steps of 8 prompts train each of the 32
