@@ -16,7 +16,7 @@ start-up warnings, and register nothing in verl (they never train).
 import sys
 
 __version__ = "0.1.0"
-LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.smoke", "verl_bot.node_plan")
+LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.smoke", "verl_bot.node_plan", "verl_bot.families")
 
 
 def _light_command() -> bool:
