@@ -9,8 +9,8 @@ re-enter a half-initialised module through verl's plugin loader (and what
 
 Except in the command-line tools that need nothing of verl (`LIGHT_COMMANDS`,
 run as `python -m <module>`): the evaluation CLI, the quiet console of the
-CPU demo, the smoke run's verdict and a recipe's node plan start in a fraction of a second, without verl's
-start-up warnings, and register nothing in verl (they never train).
+CPU demo, the smoke run's verdict, a recipe's node plan and its LongRoPE copy start in a fraction of a second,
+without verl's start-up warnings, and register nothing in verl (they never train).
 """
 
 import sys
