@@ -2,14 +2,17 @@
 composes into a config that verl accepts, with the values the paper (or our documented choice) asks for, and the
 CPU run (recipes/cpu_train.sh) sets each ALGO as they do.
 
-How: `DRY_RUN=args bash recipes/X.sh` prints the recipe's own command line (bash only, no Python), and each
-one is composed here by Hydra exactly as `python -m verl.trainer.main_ppo` composes it, in this one process
-(the recipe stays the single source of truth: nothing here repeats its overrides). The AIME recipes run as on
-a fresh checkout, without their data (a dry run needs no data, server, judge or GPU). Hydra's struct mode
-fails a mistyped key; verl's own `validate_config` (what `main_ppo` runs first) fails a bad value. The
-slower checks run in a pool of two processes, started first: one real `DRY_RUN=1` (verl's `--cfg job`, whose
-YAML must equal the composed config) and one full launch path with `START_SERVER=1` (fake `nvidia-smi` and
-`vllm`, `--cfg job` instead of training) that starts the math reward server, checks it and stops it on exit.
+How: `DRY_RUN=args bash recipes/X.sh` prints the recipe's own command line (bash and the node plan's light
+command, no verl), and each one is composed here by Hydra exactly as `python -m verl.trainer.main_ppo` composes
+it, in this one process (the recipe stays the single source of truth: nothing here repeats its overrides). The
+AIME recipes run as on a fresh checkout, without their data (a dry run needs no data, server, judge or GPU).
+Hydra's struct mode fails a mistyped key; verl's own `validate_config` (what `main_ppo` runs first) fails a bad
+value. The node is a fake `nvidia-smi`'s (tests/fake_gpus.py: 8 idle 80 GB GPUs unless a test says otherwise),
+whatever this machine has: every recipe's plan, and each launch the plan refuses in one line before anything
+starts. The slower checks run in a pool of two processes, started first: one real `DRY_RUN=1` (verl's
+`--cfg job`, whose YAML must equal the composed config) and the README's two single-node commands as typed
+through the whole launch path (fake `nvidia-smi` and `vllm serve`, `--cfg job` instead of training): the judge
+started on its GPUs, the React server started, checked and stopped, the trainer on the others.
 """
 
 from __future__ import annotations
