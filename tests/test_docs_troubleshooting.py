@@ -32,6 +32,7 @@ WRAPPED = {  # ValueErrors whose message a refusal carries: module -> functions
     "verl_bot/rewards/noise.py": {"__post_init__"},
     "verl_bot/advantage/reco.py": {"check_weight_knobs"},
     "verl_bot/token_records.py": {"recorded_steps"},
+    "verl_bot/tracking.py": {"panel_settings"},
 }
 MIN_KEY, KEY_CHARS = 16, 60
 

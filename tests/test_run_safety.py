@@ -61,6 +61,8 @@ def test_a_valid_bot_run_passes_and_plain_verl_is_not_checked(tmp_path):
         ((*BOT, "+algorithm.bot_std_floor=-1"), "bot_std_floor must be a finite number >= 0"),
         ((*BOT, "+reward.reward_kwargs.bot.scorers.toy_lint=builtin:nope"), "unknown builtin scorer 'nope'"),
         ((*BOT, "+reward.reward_kwargs.bot.scorers.toy_lint=python:no_such_module_x:f"), "no_such_module_x"),
+        ((*BOT, "+algorithm.token_panel_rollouts=0"), r"algorithm.token_panel_rollouts must be >= 1, got 0"),
+        ((*BOT, "+algorithm.token_panel_every=ten"), r"algorithm.token_panel_every must be a whole number"),
     ],
 )
 def test_what_cannot_work_is_refused_with_one_line(tmp_path, overrides, message):

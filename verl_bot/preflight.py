@@ -37,6 +37,8 @@ Refused:
   which writes the probe results it reads), on a rollout engine whose verl server
   returns no `prompt_logprobs` (trtllm), or on local train files without any
   ground-truth answer (`reward_model.ground_truth`) to probe for;
+- the trackers' token-panel knobs (`+algorithm.token_panel_*`: `verl_bot.tracking`)
+  of a kind or range that cannot work;
 - for any run: token-report knobs that cannot work (`algorithm.token_report_steps`
   outside the run, `token_report_groups` < 0; `verl_bot.token_records`).
 - ReCo (`adv_estimator=reco` or `policy_loss.loss_mode=reco`): an unknown
@@ -68,7 +70,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl_bot import token_records
+from verl_bot import token_records, tracking
 from verl_bot.advantage import estimator_spec
 from verl_bot.advantage import reco as reco_weights
 from verl_bot.advantage.vps import AGENT_LOOP
@@ -324,6 +326,10 @@ def check_config(config: Any) -> None:
         raise VerlBotConfigError(problem)
     if spec is None and not bot_manager and loss_name(config) is None:
         return
+    try:
+        tracking.panel_settings(config.algorithm)  # the trackers' token panels (verl_bot.hooks.tracker_panel)
+    except ValueError as exc:
+        raise VerlBotConfigError(str(exc)) from exc
     problem = chat_template_problem(config.actor_rollout_ref.get("model") or {}) or rope_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
