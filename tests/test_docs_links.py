@@ -45,7 +45,7 @@ ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]+\*?")  # a span that is a variable's name
 HYDRA = re.compile(r"(?<![\w./+-])(\+?)((?:algorithm|actor_rollout_ref|data|reward|trainer|critic|distillation)"
                    r"\.[\w.{},*<>]*[\w}*>])")
 FREE_FORM = ("reward.reward_kwargs",)  # read by verl's reward loop (experimental/reward_loop), not in its yaml
-OUR_ALGORITHM_KEYS = (*KNOB_PREFIXES, "token_report_")
+OUR_ALGORITHM_KEYS = (*KNOB_PREFIXES, "token_report_", "token_panel_")
 FILE_NAME = re.compile(r"\.(png|md|json|jsonl|py|sh|html|csv|txt|parquet|yaml)$")
 VERL_CONFIG = "verl/trainer/config/_generated_ppo_trainer.yaml"
 

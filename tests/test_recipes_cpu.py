@@ -537,7 +537,7 @@ def aime_grail(setup):
 @pytest.fixture(scope="module")
 def aime_grail_resumed(aime_grail):
     return Smoke(aime_grail.setup, "aime_smollm", "grail", launch="_resumed", SMOKE_BATCH="8", ROLLOUT_N="8",
-                 SMOKE_STEPS="2").run()
+                 SMOKE_STEPS="2", KEEP_CKPTS="1").run()
 
 
 def test_aime_smollm_grail_weights_reach_verls_loss(aime_grail, aime_grail_resumed):
@@ -591,3 +591,7 @@ def test_aime_smollm_grail_resumes_from_its_checkpoint_with_its_weights_at_the_l
     records = run.probe("grail.jsonl")  # this launch's: step 2's micro-batches
     assert records, "GRAIL's loss wrapper did not run in the resumed trainer"
     check_grail_records(records)
+    # retention through verl's trainer: the resumed launch keeps KEEP_CKPTS=1 checkpoint, and the one of the first
+    # launch goes too (verl 0.9.1 counts only its own process's saves: verl_bot/hooks/checkpoint_retention.py)
+    assert "'max_actor_ckpt_to_keep': 1" in run.out + run.err, run.tail()
+    assert sorted(p.name for p in (run.dir / "ckpt").glob("global_step_*")) == ["global_step_2"]

@@ -119,6 +119,13 @@ def test_the_local_signal_line_says_when_bot_has_none(tmp_path, shares, text, ta
     lines, _ = verdict(write_run(tmp_path / "grpo", steps, dense()), algo="grpo")
     assert not any(ln.startswith("local signal") for ln in lines)  # GRPO reads no S
 
+def test_the_verdict_names_the_node_plan_when_there_is_one(tmp_path):
+    folder = write_run(tmp_path / "run", [{}, {}], dense())
+    lines, _ = verdict(folder, plan="trainer GPUs 0,1,2,3, LLM judge GPUs 4,5,6,7")
+    assert "node plan           trainer GPUs 0,1,2,3, LLM judge GPUs 4,5,6,7" in lines
+    assert not any(line.startswith("node plan") for line in verdict(folder)[0])  # the CPU platform has none
+
+
 def test_a_scalar_algorithm_is_not_asked_for_dense_rewards(tmp_path):
     records = [{"rewards": [0.0, 0.0, 1.0], "advantages": [1.0, 1.0, 1.0]}]
     lines, failed = verdict(write_run(tmp_path / "grpo", [{}, {}], records), algo="grpo")

@@ -10,6 +10,7 @@ Checks (FAIL ends the verdict non-zero; WARN is printed, not fatal):
 - the trainer exited 0 and logged every step asked for;
 - scorer failures: FAIL when more than half of a step's rollouts failed (the run's own stop would follow),
   WARN for any;
+- the node plan of a GPU run (`--plan`, recipes/common.sh), named;
 - the judge (when one was given): FAIL when it answered no call (the reward server's `judge_stats` in its
   /health: calls answered with a score, answered without one, unavailable; without them, the verdicts' flags);
 - dense token rewards (token-level ALGOs): FAIL unless some recorded response carries a reward before its last
@@ -169,6 +170,8 @@ def verdict(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     records = read_records(out / "token_records")
     failed: list[str] = []
     lines = [f"rollout engine      {args.engine}", f"platform            {args.platform}"]
+    if args.plan:
+        lines.append(f"node plan           {args.plan}")
 
     done = len(steps)
     lines.append(f"steps done          {done} of {args.steps} (trainer exit {args.rc})")
@@ -262,6 +265,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rollouts-per-step", type=int, required=True)
     parser.add_argument("--engine", required=True, help="the rollout engine and its version")
     parser.add_argument("--platform", default="gpu")
+    parser.add_argument("--plan", default="", help="the node plan of the run (verl_bot/node_plan.py)")
     parser.add_argument("--judge", default="", help="NAME=URL of the judge ('NAME=' when none)")
     parser.add_argument("--reward-url", default="", help="the reward server(s), comma-separated: their judge counters")
     parser.add_argument("--algo", required=True)
