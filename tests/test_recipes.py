@@ -38,15 +38,12 @@ from omegaconf import OmegaConf
 from tests import fake_gpus
 from tests.conftest import compose_verl_config, free_port
 from verl_bot import node_plan, token_records
+from verl_bot.families import BY_RECIPE_TAG
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["react_qwen", "react_smollm", "react_phi", "aime_qwen", "aime_smollm", "aime_phi"]
 ALGOS = ["bot", "grpo", "gspo", "dapo", "pure", "pass", "reco"]
-MODELS = {
-    "qwen": "Qwen/Qwen2.5-3B-Instruct",
-    "smollm": "HuggingFaceTB/SmolLM3-3B",
-    "phi": "microsoft/Phi-4-mini-reasoning",
-}
+MODELS = {tag: family.base_model for tag, family in BY_RECIPE_TAG.items()}  # verl_bot/families.py: one place
 
 
 def base_env(data: dict, **extra: str) -> dict:

@@ -353,6 +353,7 @@ def check_family(run: Smoke) -> list[dict]:
     of a train prompt with the recipe's template options (SmolLM3: no-think), as verl decodes it (special tokens
     skipped); every response that ended before the length cap ended with one of the family's EOS tokens (its
     generation_config.json), and most did. Returns the records."""
+    import pyarrow.parquet as pq
     from transformers import AutoTokenizer, GenerationConfig
 
     from verl_bot.eval.generate import render_prompt
@@ -363,8 +364,6 @@ def check_family(run: Smoke) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(model)
     eos = set(GenerationConfig.from_pretrained(model).eos_token_id)
     assert eos == set(tokenizer.convert_tokens_to_ids(list(family.generation_eos)))
-    import pyarrow.parquet as pq
-
     chats = pq.read_table(Path(run.env["DATA_DIR"]) / "train.parquet", columns=["prompt"]).column("prompt").to_pylist()
     expected = {
         _DATE.sub("Today Date: D", tokenizer.decode(tokenizer(render_prompt(tokenizer, chat, dict(

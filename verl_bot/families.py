@@ -142,7 +142,6 @@ class Family:
     end_of_turn: str
     generation_eos: tuple[str, ...]
     thinks: bool
-    rope: str
     recipe_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     template_corpus: tuple[str, ...] = ()  # fixed template text a tiny tokenizer should learn
 
@@ -160,7 +159,7 @@ FAMILIES: dict[str, Family] = {
             name="qwen2", recipe_tag="qwen", base_model="Qwen/Qwen2.5-3B-Instruct", model_type="qwen2",
             chat_template=QWEN2_TEMPLATE, special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
             eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None, end_of_turn="<|im_end|>",
-            generation_eos=("<|im_end|>", "<|endoftext|>"), thinks=False, rope="rope",
+            generation_eos=("<|im_end|>", "<|endoftext|>"), thinks=False,
             template_corpus=("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",),
         ),
         Family(
@@ -169,7 +168,7 @@ FAMILIES: dict[str, Family] = {
             special_tokens=("<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>",
                             "<|finetune_right_pad_id|>"),
             eos_token="<|im_end|>", pad_token="<|finetune_right_pad_id|>", bos_token=None, end_of_turn="<|im_end|>",
-            generation_eos=("<|im_end|>",), thinks=False, rope="rope, every 4th layer NoPE",
+            generation_eos=("<|im_end|>",), thinks=False,
             recipe_template_kwargs={"enable_thinking": False},
             template_corpus=("## Metadata\n\nKnowledge Cutoff Date: June 2025\nToday Date: 03 December 2026\n"
                              "Reasoning Mode: /no_think\n\n## Custom Instructions\n\n", SMOLLM3_SYSTEM,
@@ -180,17 +179,12 @@ FAMILIES: dict[str, Family] = {
             chat_template=PHI3_TEMPLATE,
             special_tokens=("<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"),
             eos_token="<|endoftext|>", pad_token="<|endoftext|>", bos_token="<|endoftext|>", end_of_turn="<|end|>",
-            generation_eos=("<|end|>", "<|endoftext|>"), thinks=True, rope="longrope",
+            generation_eos=("<|end|>", "<|endoftext|>"), thinks=True,
             template_corpus=(PHI3_SYSTEM,),
         ),
     )
 }
 BY_RECIPE_TAG = {f.recipe_tag: f for f in FAMILIES.values()}
-
-
-def family_of_model_type(model_type: str) -> Family | None:
-    """The family whose config.json `model_type` this is, or None."""
-    return next((f for f in FAMILIES.values() if f.model_type == model_type), None)
 
 
 # --------------------------------------------------------------------------------------------- LongRoPE
@@ -200,11 +194,16 @@ def rope_parameters(hf_config: Mapping[str, Any]) -> dict:
     return dict(hf_config.get("rope_parameters") or hf_config.get("rope_scaling") or {})
 
 
+def is_longrope(rope: Mapping[str, Any]) -> bool:
+    """Whether RoPE parameters (`rope_parameters`) are LongRoPE's (`rope_type`, or the older `type`)."""
+    return (rope.get("rope_type") or rope.get("type")) == "longrope"
+
+
 def longrope_switch(hf_config: Mapping[str, Any]) -> int | None:
     """The sequence length above which a LongRoPE model rotates with its long factors, when its short and long
     factors differ; None for any other model (and for a LongRoPE model whose two factor lists are equal)."""
     rope = rope_parameters(hf_config)
-    if (rope.get("rope_type") or rope.get("type")) != "longrope":
+    if not is_longrope(rope):
         return None
     if list(rope.get("short_factor") or []) == list(rope.get("long_factor") or []):
         return None
@@ -287,7 +286,7 @@ def longrope_copy(src: str, dst: str | Path) -> Path:
     config = json.loads((source / "config.json").read_text())
     key = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
     rope = rope_parameters(config)
-    if (rope.get("rope_type") or rope.get("type")) != "longrope":
+    if not is_longrope(rope):
         raise ValueError(f"{src}: not a LongRoPE model (rope {rope.get('rope_type') or rope.get('type')!r})")
     out = Path(dst)
     out.mkdir(parents=True, exist_ok=True)

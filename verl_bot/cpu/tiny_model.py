@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reward_servers.common.think import THINK_CLOSE, THINK_OPEN
-from verl_bot.families import BY_RECIPE_TAG, FAMILIES, Family
+from verl_bot.families import BY_RECIPE_TAG, FAMILIES, Family, is_longrope
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -228,7 +228,7 @@ def _long_factors(rotary: int) -> list[float]:
 def save(model, out_dir: str | Path) -> None:
     """`model.save_pretrained(out_dir)`; a LongRoPE model with its short factors 1 (distinct from its long ones)."""
     rope = getattr(model.config, "rope_parameters", None) or {}
-    if rope.get("rope_type") == "longrope":
+    if is_longrope(rope):
         rope["short_factor"] = [1.0] * len(rope["long_factor"])
     model.save_pretrained(out_dir)
 
