@@ -14,11 +14,14 @@ multiplies by the mask, slow for int64 and bool). So every estimator runs on
 every dtype, and the ratios compare each estimator at its own best dtype, and
 `bot` on each dtype against the baseline's best.
 
-Calls: verl's functions as verl registers them; `bot` inside a batch context
-whose rewards come from verl-bot's dense manager, as in verl's trainer (so it
-computes its diagnostics, `bot/adv_abs_max` and `bot/tied_group_share`, and
-skips the guard against scalar rewards that only a call outside the trainer
-runs). Time: all (estimator, dtype) pairs side by side in ONE process on the
+Calls: verl's functions as verl registers them; `bot` on both of its paths:
+inside a batch context whose rewards come from verl-bot's dense manager, as in
+verl's trainer with that manager (so it computes its diagnostics,
+`bot/adv_abs_max`, `bot/tied_group_share` and `bot/rollouts_per_group`, and
+skips the guard against scalar rewards), and `bot_no_manager`: called without
+verl-bot's manager (a verl setup with its own dense manager), where it first
+checks that the rewards are not one scalar per response (`scalar_layout`).
+Time: all (estimator, dtype) pairs side by side in ONE process on the
 same inputs, interleaved: each of `--repeats` rounds calls every pair once, in
 a rotating order. That process keeps glibc's heap (`MALLOC_MMAP_THRESHOLD_`
 32 MiB, no trimming), as a warmed-up training process does: with the default
@@ -40,7 +43,8 @@ fresh mmap whose pages fault in on first touch, several ms per buffer, so it is
 not used for the timing: a training process runs with the default allocator).
 
 Targets: bot/grpo_vectorized <= 2.5 and bot/grpo <= 1.0 in CPU time, each
-estimator at its own best dtype; bot extra memory <= 3 reward tensors.
+estimator at its own best dtype, for both paths of `bot`; bot extra memory <= 3
+reward tensors.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ import subprocess
 import sys
 import time
 
-ESTIMATORS = ("bot", "grpo", "grpo_vectorized")
+ESTIMATORS = ("bot", "bot_no_manager", "grpo", "grpo_vectorized")
+BOT_PATHS = ("bot", "bot_no_manager")
 DTYPES = ("int64", "float32", "bool")
 TRAINER_DTYPE = "int64"
 TARGETS = {"grpo_vectorized": 2.5, "grpo": 1.0}
@@ -74,13 +79,14 @@ def make_batch(rows: int, tokens: int, group: int, seed: int = 0):
 
 
 def _estimator(name: str):
-    """`name` as verl's trainer calls it: the registered function; `bot` in a dense-reward batch context."""
+    """`name` as verl's trainer calls it: the registered function; `bot` in a dense-reward batch context,
+    `bot_no_manager` the registered `bot` without one."""
     import verl  # noqa: F401 - loads the verl-bot plugin through its entry point
     from verl.trainer.ppo import core_algos
 
     from verl_bot.context import BatchContext, use_context
 
-    fn = core_algos.get_adv_estimator_fn(name)
+    fn = core_algos.get_adv_estimator_fn("bot" if name in BOT_PATHS else name)
 
     def call(rewards, mask, index):
         context = use_context(BatchContext(dense_rewards=True)) if name == "bot" else contextlib.nullcontext()
@@ -202,11 +208,12 @@ def report(args) -> None:
             )
     best = {name: best_dtype(times, name, args.dtypes) for name in ESTIMATORS}
     print("each at its best mask dtype (lowest median CPU time): " + ", ".join(f"{n} {d}" for n, d in best.items()))
-    for baseline, target in TARGETS.items():
-        bot, base = times["cpu"][("bot", best["bot"])], times["cpu"][(baseline, best[baseline])]
-        print(f"{'ratio bot/' + baseline:26s}cpu {ratio(bot, base)}   (target <= {target})")
-        for dtype in args.dtypes:
-            print(f"  bot on {dtype + ' mask':13s} cpu {ratio(times['cpu'][('bot', dtype)], base)}")
+    for path in BOT_PATHS:
+        for baseline, target in TARGETS.items():
+            bot, base = times["cpu"][(path, best[path])], times["cpu"][(baseline, best[baseline])]
+            print(f"{'ratio ' + path + '/' + baseline:37s}cpu {ratio(bot, base)}   (target <= {target})")
+            for dtype in args.dtypes:
+                print(f"  {path} on {dtype + ' mask':13s} cpu {ratio(times['cpu'][(path, dtype)], base)}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Every algorithm on both CPU tasks, through verl's real trainer; raw per-step results as CSV, then a summary.
 
     # run (each missing (task, variant, seed) is one recipes/cpu_train.sh run; finished ones are kept)
-    .venv/bin/python benchmarks/compare.py run [--tasks toy_lint toy_math] [--variants bot grpo ...]
-        [--seeds 0 1 2] [--steps 40]      # default seeds: 0-2 on toy_lint, 0-4 on toy_math
+    .venv/bin/python benchmarks/compare.py run [--tasks toy_lint toy_math toy_calc] [--variants bot grpo ...]
+        [--seeds 0 1 2] [--steps 40]      # default seeds: 0-2 on toy_lint and toy_calc, 0-4 on toy_math
     # regenerate the summary table, the figures, docs/results.md's table and the README's lines from the CSVs alone
     .venv/bin/python benchmarks/compare.py report
 
@@ -79,6 +79,7 @@ class Task:
 TASKS = {
     "toy_lint": Task("score", 0.9),
     "toy_math": Task("acc", 0.6, seeds=(0, 1, 2, 3, 4)),  # its seeds differ more: five
+    "toy_calc": Task("acc", 0.5),  # the tool task (verl's ToolAgentLoop, per-turn values): bot and grpo only
 }
 
 
@@ -95,8 +96,8 @@ class Variant:
 
 
 VARIANTS = {
-    "bot": Variant("bot", what="BoT-GRPO (the paper)"),
-    "grpo": Variant("grpo", what="GRPO on G only"),
+    "bot": Variant("bot", what="BoT-GRPO (the paper)", tasks=("toy_lint", "toy_math", "toy_calc")),
+    "grpo": Variant("grpo", what="GRPO on G only", tasks=("toy_lint", "toy_math", "toy_calc")),
     "gspo": Variant("gspo", what="GSPO (sequence ratio) on G only"),
     "dapo": Variant("dapo", what="DAPO: clip-higher, dynamic sampling on the outcome, token-mean"),
     "pure": Variant("pure", what="PURE, min-form credit on the local signal per step"),

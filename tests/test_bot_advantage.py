@@ -323,7 +323,7 @@ def test_tied_share_counts_near_equal_means_as_tied():
     assert bot_diagnostics(stats)["tied_group_share"] == 1.0
     assert bot_diagnostics(stats, tie_tolerance=0.0)["tied_group_share"] == 0.0  # exact equality: not tied
     _, empty_stats = bot_advantage_and_stats(torch.zeros(0, 3), torch.zeros(0, 3), [])
-    assert bot_diagnostics(empty_stats) == {"adv_abs_max": 0.0, "tied_group_share": 0.0}
+    assert bot_diagnostics(empty_stats) == {"adv_abs_max": 0.0, "tied_group_share": 0.0, "rollouts_per_group": 0.0}
 
 
 def test_options_read_the_knobs_and_reject_bad_values():

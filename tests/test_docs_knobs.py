@@ -6,7 +6,8 @@ The knobs, read from the code (`ast` for what a function reads, the settings cla
   `grail_` prefixes), ReCo's `KNOBS` (estimator and loss), the token-report keys, the token panel's `KNOBS`
   (`verl_bot.tracking`), and every `.get("<name>", ...)` in verl_bot/ whose name starts with an estimator's or
   loss's prefix (`bot_options`, PURE's adapter, ...);
-- `+reward.reward_kwargs.bot.<name>`: the manager's `DEFAULTS` and `scorers`;
+- `+reward.reward_kwargs.bot.<name>`: the manager's `DEFAULTS`, `scorers`, and `prm.<name>` for the PRM's
+  (`verl_bot.rewards.prm.DEFAULTS`; a default of None or with a newline is stated in words);
 - environment variables: the values of verl_bot/'s `*_ENV` / `*_ENVS` constants and every literal name it reads
   from `os.environ`, but the process variables in `NOT_SETTINGS`.
 
@@ -25,6 +26,7 @@ from verl_bot import token_records, tracking
 from verl_bot.advantage import pass_, reco, vps
 from verl_bot.advantage.grail import GrailSettings
 from verl_bot.losses import reco as reco_loss
+from verl_bot.rewards import prm
 from verl_bot.rewards.settings import DEFAULTS
 from verl_bot.usage import KNOB_PREFIXES
 
@@ -97,7 +99,15 @@ def algorithm_knobs() -> dict[str, object]:
 
 
 def manager_knobs() -> dict[str, object]:
-    return {**DEFAULTS, "scorers": UNSET}
+    prm_knobs = {f"prm.{k}": UNSET if v is None or "\n" in str(v) else v for k, v in prm.DEFAULTS.items()}
+    return {**DEFAULTS, "scorers": UNSET, **prm_knobs}
+
+
+def manager_knob(key: str) -> str:
+    """The manager knob a key under `reward.reward_kwargs.bot.` sets: its first part (`scorers.<data_source>` is
+    `scorers`), its first two under `prm`."""
+    parts = key.split("=")[0].split(".")
+    return ".".join(parts[:2] if parts[0] == "prm" else parts[:1])
 
 
 def environment_variables() -> set[str]:
@@ -144,7 +154,7 @@ def hydra_rows() -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         if key.startswith("+algorithm."):
             knobs[key.removeprefix("+algorithm.")] = default
         elif key.startswith("+" + MANAGER):
-            manager[key.removeprefix("+" + MANAGER).split(".")[0].split("=")[0]] = default
+            manager[manager_knob(key.removeprefix("+" + MANAGER))] = default
         else:
             verl[key] = default
     return knobs, manager, verl

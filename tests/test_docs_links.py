@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from tests.test_docs import _anchors
-from tests.test_docs_knobs import MANAGER, algorithm_knobs, manager_knobs
+from tests.test_docs_knobs import MANAGER, algorithm_knobs, manager_knob, manager_knobs
 from verl_bot.eval.__main__ import build_parser
 from verl_bot.usage import KNOB_PREFIXES
 
@@ -236,7 +236,8 @@ def bad_key(plus: str, key: str) -> str | None:
     if head == "algorithm" and rest.split(".")[0].startswith(OUR_ALGORITHM_KEYS):
         return None if _ours(rest.split(".")[0], our_keys()[0]) else "no such verl-bot knob"
     if key.startswith(MANAGER):
-        return None if _ours(key.removeprefix(MANAGER).split(".")[0], our_keys()[1]) else "no such manager key"
+        name = manager_knob(key.removeprefix(MANAGER))  # `prm` alone: the group of the prm.* knobs
+        return None if _ours(name, our_keys()[1]) or _ours(f"{name}.*", our_keys()[1]) else "no such manager key"
     if key.startswith(FREE_FORM) or key in FREE_FORM:
         return None
     found, node = _walk(key)
@@ -310,6 +311,7 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert bad_key("+", "algorithm.bot_epsilon") is None and bad_key("+", "algorithm.bot_nope") is not None
     assert bad_key("+", "algorithm.pass_{format_coef,op}") is None and bad_key("+", "algorithm.vps_*") is None
     assert bad_key("+", MANAGER + "w_local") is None and bad_key("", MANAGER + "w_lokal") is not None
+    assert bad_key("+", MANAGER + "prm.url") is None and bad_key("+", MANAGER + "prm.nope") is not None
     assert bad_key("", "actor_rollout_ref.actor.loss_agg_mode") is None and bad_key("", "trainer.use_v2") is not None
     assert bad_key("+", "trainer.total_epochs") is not None  # Hydra: "Could not append to config"
     assert bad_key("+", "reward.custom_reward_function.reward_kwargs.penalty") is None

@@ -400,11 +400,13 @@ print(json.dumps({"changes": LEDGER.changes, "core_algos": "verl.trainer.ppo.cor
 
 def test_a_reward_worker_gets_the_reward_manager_and_nothing_of_the_trainer():
     """A process that does not train installs only what it uses: a reward worker imports verl's reward loop, so
-    verl-bot registers its manager there, and neither imports verl's trainer code nor hooks it."""
+    verl-bot registers its manager there and hooks the worker's scoring (`reward_model_path`: for the `bot`
+    manager only), and neither imports verl's trainer code nor hooks it."""
     proc = fresh_python(WORKER)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"changes": ["config.validate_config", "reward_manager:bot"], "core_algos": False}
+    changes = ["config.validate_config", "RewardLoopWorker.compute_score", "reward_manager:bot"]
+    assert out == {"changes": changes, "core_algos": False}
 
 
 # ---------------------------------------------------------------------------------------------- 5. logging

@@ -181,3 +181,20 @@ def test_the_command_prints_one_block_and_exits_non_zero_on_a_failed_check(tmp_p
     lines = proc.stdout.splitlines()
     assert lines[0] == "== verl-bot smoke verdict ==" and lines[-1] == "VERDICT: FAILED (steps)"
     assert "Warning" not in proc.stderr  # a light command: it never imports verl (no start-up notes)
+
+
+@pytest.mark.parametrize("shares, text, tag", [
+    ([0.0, 0.0], "32 of 32 rollouts scored, 3.0 steps each on average, input truncated on 0% [ok]", []),
+    ([0.25, 0.0], "28 of 32 rollouts scored, 3.0 steps each on average, input truncated on 0% [WARN]", []),
+    ([1.0, 1.0], "0 of 32 rollouts scored, 3.0 steps each on average, input truncated on 0% [FAIL]", ["prm"]),
+])
+def test_the_prm_line_counts_the_rollouts_the_prm_scored(tmp_path, shares, text, tag):
+    steps = [{"reward/prm_failed/mean": s, "reward/prm_steps/mean": 3.0, "reward/prm_truncated/mean": 0.0}
+             for s in shares]
+    lines, failed = verdict(write_run(tmp_path / "run", steps, dense()), prm="PRM prm=http://127.0.0.1:8010")
+    line = next(ln for ln in lines if ln.startswith("PRM "))
+    assert line == f"PRM                 PRM prm at http://127.0.0.1:8010: {text}", line
+    assert failed == tag
+    lines, failed = verdict(write_run(tmp_path / "none", [{}, {}], dense()), prm="PRM prm=http://127.0.0.1:8010")
+    assert failed == ["prm"] and "no PRM metrics logged" in next(ln for ln in lines if ln.startswith("PRM "))
+    assert not any(ln.startswith("PRM ") for ln in verdict(write_run(tmp_path / "off", [{}, {}], dense()))[0])

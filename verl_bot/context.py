@@ -42,6 +42,8 @@ class BatchContext:
             and its `data_source`.
         tensors: other (B, T) tensors of the batch by verl's field name (e.g. `old_log_probs`).
         metrics: diagnostics reported by the estimator, logged with the step's metrics.
+        sessions: (B,) each row's `{uid}_{session}` when some sample of the batch has several rows (a
+            multi-output agent loop, `verl_bot.hooks.multi_trajectory`); None when every row is its own.
     """
 
     streams: Mapping[str, torch.Tensor] = field(default_factory=dict)
@@ -50,6 +52,7 @@ class BatchContext:
     rows: list[dict] = field(default_factory=list)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    sessions: Any = None
 
 
 _active: contextvars.ContextVar[BatchContext | None] = contextvars.ContextVar("verl_bot_batch", default=None)

@@ -37,8 +37,7 @@ def dense_row(reward_score: Sequence[float], length: int) -> torch.Tensor:
     if row.dim() != 1 or row.numel() != length:
         raise VerlBotConfigError(
             f"verl-bot dense reward: got {row.numel()} token rewards (shape {tuple(row.shape)}) for a response of "
-            f"{length} tokens "
-            "(multi-output agent loops, where one reward covers several trajectories, are not supported)"
+            f"{length} tokens (a reward manager's vector for another response, or cut or padded)"
         )
     return row
 

@@ -9,6 +9,9 @@ one of its estimators it checks only the token-report knobs.
 Refused:
 - `trainer.use_v1=false`: the legacy trainer bypasses TransferQueue and every
   hook that carries dense rewards, streams and scorer failures;
+- `trainer.v1.trainer_mode=separate_async` where verl's own assertions would stop
+  it after Ray started, or on the CPU platform (no checkpoint engine), and LoRA
+  unmerged on verl-bot's `hf` rollout (`verl_bot.trainer_modes`);
 - a token-level estimator of verl-bot (`bot`, `pure`, ...) without dense token
   rewards: another reward manager (one scalar on the last token) or the `bot`
   manager with `token_level=false` (unless `+algorithm.bot_broadcast_scalar=true`
@@ -21,12 +24,16 @@ Refused:
 - `algorithm.use_kl_in_reward=true` with such an estimator: the per-token KL
   would be standardized like a reward (divided by a tied group's tiny std);
   use the actor's KL loss (`actor_rollout_ref.actor.use_kl_loss=true`);
-- `reward.reward_model.enable=true` with the `bot` manager: verl's reward model
-  path bypasses the manager's scorers (serve the model behind a scorer instead);
+- `reward.reward_model.enable=true` with the `bot` manager where the manager cannot
+  use the served model (`verl_bot.rewards.reward_model_path`): neither `prm.url=router`
+  nor a custom function to call it, a colocated model (no data_source or ground truth),
+  a PRM engine other than vLLM, or an engine asleep (`free_cache_engine=true`);
 - a `data_source` of the local train/val parquet files that no scorer serves
   (files that are not local parquet, and `data.custom_cls` datasets, are checked
   when their rows are scored: `verl_bot.hooks.replay_buffer`);
 - an estimator knob of the wrong kind (e.g. `+algorithm.bot_std_floor=-1`);
+- a `reward.reward_kwargs.bot.prm` knob that cannot work (`verl_bot.rewards.prm.prm_problem`: a bad
+  value, `url=router` without verl's reward model, one reward per response, a step tag that is not one token);
 - unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
   (an unknown builtin, a `python:` function that does not import);
 - a reward server (an `http://` scorer) that is up and refuses our credentials
@@ -79,9 +86,13 @@ from verl_bot.families import longrope_problem, read_hf_config
 from verl_bot.losses import loss_name
 from verl_bot.losses import reco as reco_loss
 from verl_bot.probing import answer_text, probe_params
+from verl_bot.rewards.prm import prm_problem
+from verl_bot.rewards.reward_model_path import reward_model_problem
 from verl_bot.rewards.scorers import DEFAULT_SCORERS, HttpScorer, build_scorers
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings, reads_dense_rewards, user_settings
+from verl_bot.rewards.turns import multi_turn_problem
 from verl_bot.rewards.verl_functions import default_knows, function_config
+from verl_bot.trainer_modes import trainer_mode_problem
 
 BROADCAST_KEY = "bot_broadcast_scalar"
 logger = logging.getLogger("verl_bot")
@@ -338,7 +349,7 @@ def check_config(config: Any) -> None:
             "verl-bot needs verl's v1 trainer (trainer.use_v1=true, the default): the legacy trainer bypasses "
             "the plumbing that carries dense rewards, reward streams and scorer failures"
         )
-    problem = _reco_problem(config, estimator)
+    problem = trainer_mode_problem(config) or _reco_problem(config, estimator) or multi_turn_problem(config, estimator)
     if problem:
         raise VerlBotConfigError(problem)
     settings = manager_settings(config) if bot_manager else None
@@ -365,12 +376,12 @@ def check_config(config: Any) -> None:
             raise VerlBotConfigError(problem)
     if not bot_manager:
         return
-    if ((config.get("reward") or {}).get("reward_model") or {}).get("enable", False):
-        raise VerlBotConfigError(
-            "reward.reward_model.enable=true with reward.reward_manager.name=bot: verl's reward-model path "
-            "bypasses the bot manager's scorers; serve the reward model behind a scorer (a REWARD_API server "
-            "or a python: function) and set reward.reward_model.enable=false"
-        )
+    problem = prm_problem(config, bool(settings["token_level"]))  # the prm knobs (verl_bot.rewards.prm)
+    if problem:
+        raise VerlBotConfigError(problem)
+    problem = reward_model_problem(config)  # verl's reward-model path (verl_bot.rewards.reward_model_path)
+    if problem:
+        raise VerlBotConfigError(problem)
     try:
         scorers = build_scorers(settings["scorers"], timeout_s=settings["timeout_s"], retries=settings["retries"])
     except (ValueError, ImportError, AttributeError) as exc:

@@ -13,6 +13,8 @@ Checks (FAIL ends the verdict non-zero; WARN is printed, not fatal):
 - the node plan of a GPU run (`--plan`, recipes/common.sh), named;
 - the judge (when one was given): FAIL when it answered no call (the reward server's `judge_stats` in its
   /health: calls answered with a score, answered without one, unavailable; without them, the verdicts' flags);
+- the PRM (when one gave S, `--prm`): FAIL when it scored no rollout (the manager's `reward/prm_failed/mean`), WARN
+  when it failed on some or left steps unscored (`reward/prm_truncated/mean`); the steps it scored per rollout;
 - dense token rewards (token-level ALGOs): FAIL unless some recorded response carries a reward before its last
   token; advantages: FAIL unless finite;
 - the local signal (token-level ALGOs): the share of rollouts with a non-zero S (`reward/local_signal/mean`);
@@ -121,6 +123,21 @@ def judge_line(name: str, url: str, steps: dict[int, dict[str, float]], stats: C
             f"{unparseable:.0%}", tag)
 
 
+def prm_line(spec: str, steps: dict[int, dict[str, float]], rollouts_per_step: int) -> tuple[str, str]:
+    """(the PRM's line, its tag) from the manager's metrics: rollouts it scored (`prm_failed`: its call failed),
+    steps scored per rollout (`prm_steps`), truncated inputs (`prm_truncated`). `spec`: "NAME=URL"."""
+    name, _, url = spec.rpartition("=")
+    scored = mean_of(steps, "reward/prm_steps/mean")
+    if scored is None:
+        return f"{name} at {url}: no PRM metrics logged (reward/prm_*/mean): the manager never called it", "FAIL"
+    rollouts = len(steps) * rollouts_per_step
+    lost = round(sum(float(m.get("reward/prm_failed/mean", 0.0)) for m in steps.values()) * rollouts_per_step)
+    truncated = mean_of(steps, "reward/prm_truncated/mean") or 0.0
+    tag = "FAIL" if rollouts and lost >= rollouts else ("WARN" if lost or truncated else "ok")
+    return (f"{name} at {url}: {rollouts - lost} of {rollouts} rollouts scored, {scored:.1f} steps each on average, "
+            f"input truncated on {truncated:.0%}", tag)
+
+
 def mean_of(steps: dict[int, dict[str, float]], key: str) -> float | None:
     values = [float(m[key]) for m in steps.values() if key in m]
     return sum(values) / len(values) if values else None
@@ -195,6 +212,11 @@ def verdict(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             failed.append("judge")
     else:
         lines.append(f"judge               none ({name or 'the task'} not configured)")
+    if args.prm:
+        text, tag = prm_line(args.prm, steps, args.rollouts_per_step)
+        lines.append(f"PRM                 {text} [{tag}]")
+        if tag == "FAIL":
+            failed.append("prm")
 
     n, dense, varying = dense_counts(records)
     if args.algo in TOKEN_LEVEL_ALGOS:
@@ -267,6 +289,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--platform", default="gpu")
     parser.add_argument("--plan", default="", help="the node plan of the run (verl_bot/node_plan.py)")
     parser.add_argument("--judge", default="", help="NAME=URL of the judge ('NAME=' when none)")
+    parser.add_argument("--prm", default="", help="NAME=URL of the PRM that gives S ('' when none)")
     parser.add_argument("--reward-url", default="", help="the reward server(s), comma-separated: their judge counters")
     parser.add_argument("--algo", required=True)
     parser.add_argument("--title", default="")

@@ -12,6 +12,11 @@ When every token of a rollout carries the same reward R_k this is GRPO with
 the population std on every token; duplicating every token of a rollout
 leaves mu and var unchanged (length invariance).
 
+Rollouts of several rows (`sessions`): a multi-output agent loop returns one rollout as several rows
+(verl keys them `{uid}_{session}_{j}`). Given each row's session, BoT's rollout unit is the session:
+L_k = sum_j L_{k,j} over its rows, each of its tokens weighs 1/(K L_k), and K counts sessions. That is
+exactly BoT of each session's rows joined into one row, so splitting a rollout changes nothing.
+
 Knobs (the paper's choice is the default; `compute_bot_advantage` reads them from verl's `algorithm` config):
 
 - `bot_length_weighting` (default True, the paper): each token weighs 1/(K L_k). False: plain token
@@ -64,7 +69,7 @@ class BotStats(NamedTuple):
     """Statistics behind `bot_advantage`: per group, (G,) float64 each (G = number of distinct uids), and one
     of the batch's advantages.
 
-    rollouts: K_g, rollouts of the group with at least one valid token.
+    rollouts: K_g, rollouts (sessions, when given) of the group with at least one valid token.
     within: the part of var_g from token rewards around their own rollout's mean reward.
     between: the part of var_g from the rollouts' mean rewards around mu_g; var_g = within + between.
     abs_max: () max |A| over the batch's advantages (0 for a batch without valid tokens), taken in pass 2
@@ -98,6 +103,7 @@ def bot_advantage(
     norm_by_std: bool = True,
     length_weighting: bool = True,
     std_floor: float = DEFAULT_STD_FLOOR,
+    sessions: np.ndarray | list | None = None,
 ) -> torch.Tensor:
     """Per-token BoT-GRPO advantages, vectorized over groups (no Python loop over rows or groups).
 
@@ -109,13 +115,15 @@ def bot_advantage(
         norm_by_std: divide by (max(std, std_floor) + epsilon); False keeps only the centering.
         length_weighting: weigh each token by 1/(K L_k) (the paper); False: every token by 1/N.
         std_floor: lower bound on the std used for scaling (0 = the paper).
+        sessions: (B,) rollout label of each row, or None (every row is a rollout). Rows of one session
+            (the outputs of one multi-output agent loop run; all in one group) are one rollout.
 
     Returns:
         advantages: (B, T), float32 (float64 if the rewards are float64); 0 on padding
         and for every token of a group whose valid rewards are all equal.
     """
     return bot_advantage_and_stats(
-        token_level_rewards, response_mask, index, epsilon, norm_by_std, length_weighting, std_floor
+        token_level_rewards, response_mask, index, epsilon, norm_by_std, length_weighting, std_floor, sessions
     )[0]
 
 
@@ -128,6 +136,7 @@ def bot_advantage_and_stats(
     norm_by_std: bool = True,
     length_weighting: bool = True,
     std_floor: float = DEFAULT_STD_FLOOR,
+    sessions: np.ndarray | list | None = None,
 ) -> tuple[torch.Tensor, BotStats]:
     """`bot_advantage` (same arguments) and the group statistics it computed on the way (O(G) extra work).
 
@@ -162,14 +171,15 @@ def bot_advantage_and_stats(
         chunks = _MaskChunks(response_mask, torch.float64)
         buffer = torch.empty(rewards.shape, dtype=torch.float64, device=rewards.device)
         sums = _shifted_row_sums(rewards, response_mask, chunks, shift, buffer, index)
-    groups = _group_statistics(rewards, response_mask, shift, group, num_groups, sums, length_weighting)
+    units = _Units.of_rows(shift, group) if sessions is None else _Units.of_sessions(sessions, shift, group, sums)
+    groups = _group_statistics(rewards, response_mask, units, num_groups, units.sums or sums, length_weighting)
     var = groups.within + groups.between
     if norm_by_std:
         scale = torch.where(var > 0, 1.0 / (var.clamp(min=0.0).sqrt().clamp(min=std_floor) + epsilon), 0.0)
     else:
         scale = torch.where(var > 0, 1.0, 0.0)
     # pass 2: buffer holds r - s_k on valid tokens; subtract mu - s_k there, then scale; padding stays 0
-    offset = groups.mean_minus_shift.to(buffer.dtype)[:, None]
+    offset = units.row_offsets(groups.mean_minus_shift).to(buffer.dtype)[:, None]
     row_scale = scale[group].to(buffer.dtype)[:, None]
     extremes = buffer.new_zeros(2, len(chunks.bounds))  # each chunk's min and max advantage
     for i, (lo, hi, mask) in enumerate(chunks):
@@ -254,7 +264,7 @@ def _shifted_row_sums(rewards, response_mask, chunks, shift, buffer, index) -> _
 
 
 class _Groups(NamedTuple):
-    """BotStats' per-group fields, (G,) float64 each, and `mean_minus_shift` (B,) float64: mu_g - s_k per row."""
+    """BotStats' per-group fields, (G,) float64 each, and `mean_minus_shift` (U,) float64: mu_g - s_k per rollout."""
 
     rollouts: torch.Tensor
     within: torch.Tensor
@@ -262,45 +272,109 @@ class _Groups(NamedTuple):
     mean_minus_shift: torch.Tensor
 
 
-def _group_statistics(
-    rewards, response_mask, shift, group, num_groups: int, sums: _RowSums, length_weighting: bool
-) -> _Groups:
-    """Group mean and variance from each row's shifted sums, O(B) float64 work.
+class _Units(NamedTuple):
+    """The rollouts of a batch: its rows, or its sessions (several rows each). U = number of rollouts.
 
-    var_g = sum_k W_k * (V_k + (m_k - mu_g)^2): V_k the variance of row k's rewards around their mean m_k,
-    W_k the rollout's weight (1/K, or L_k/N without length weighting). Means are taken relative to one
-    shift of the group (s_g, a row's first reward), so a group whose rewards are all equal gets exactly 0.
-    rewards, response_mask: (B, T); shift: (B,) s_k; group: (B,) ids; sums: `_RowSums` of pass 1.
+    unit: (B,) each row's rollout, None when every row is its own; shift: (U,) s_k of each rollout (one of
+    its rows' first valid rewards); group: (U,) each rollout's group id; sums: the rollouts' `_RowSums`
+    (None: the rows' own); delta: (B,) s_r - s_k of each row with tokens (0 for the others), None for rows.
     """
-    row_sum, sq_sum, lengths = sums  # (B,) sums of r - s_k and (r - s_k)^2 over each row's valid tokens; L_k
+
+    unit: torch.Tensor | None
+    shift: torch.Tensor
+    group: torch.Tensor
+    sums: _RowSums | None
+    delta: torch.Tensor | None
+
+    @classmethod
+    def of_rows(cls, shift: torch.Tensor, group: torch.Tensor) -> _Units:
+        return cls(None, shift, group, None, None)
+
+    @classmethod
+    def of_sessions(cls, sessions, shift: torch.Tensor, group: torch.Tensor, sums: _RowSums) -> _Units:
+        """Each session's sums re-based from its rows' shifts to its own: with d = s_r - s_S,
+        sum(r - s_S) = sum(r - s_r) + L_r d and sum((r - s_S)^2) = sum((r - s_r)^2) + 2 d sum(r - s_r) + L_r d^2.
+        Raises ValueError when a session's rows are in different groups."""
+        if len(sessions) != len(group):
+            raise ValueError(f"bot advantage: {len(sessions)} sessions for {len(group)} rows")
+        unit = as_torch_index(sessions, device=group.device)
+        count = int(unit.max()) + 1
+        first = torch.full((count,), len(group), dtype=torch.long, device=group.device)
+        first = first.scatter_reduce(0, unit, torch.arange(len(group), device=group.device), reduce="amin")
+        unit_group = group[first]  # (U,)
+        if bool((unit_group[unit] != group).any()):
+            raise ValueError("bot advantage: a session's rows have different uids (sessions must nest in groups)")
+        has_tokens = sums.lengths > 0
+        row_shift = torch.where(has_tokens, shift.double(), -torch.inf)
+        unit_shift = torch.full((count,), -torch.inf, dtype=torch.float64, device=group.device)
+        unit_shift = unit_shift.scatter_reduce(0, unit, row_shift, reduce="amax")  # (U,) one row's s_r
+        unit_shift = torch.where(torch.isfinite(unit_shift), unit_shift, 0.0)
+        delta = torch.where(has_tokens, row_shift - unit_shift[unit], 0.0)  # (B,) s_r - s_S
+        shifted = sums.shifted + sums.lengths * delta
+        squares = sums.squares + 2 * delta * sums.shifted + sums.lengths * delta.square()
+        totals = [group_sum(values, unit, count) for values in (shifted, squares, sums.lengths)]
+        return cls(unit, unit_shift, unit_group, _RowSums(*totals), delta)
+
+    def rows_of(self, units: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows, their unit's position in `units`) of the rollouts `units` (R,)."""
+        if self.unit is None:
+            return units, torch.arange(len(units), device=units.device)
+        position = torch.full_like(self.shift, -1, dtype=torch.long).index_put(
+            (units,), torch.arange(len(units), device=units.device)
+        )
+        rows = (position[self.unit] >= 0).nonzero().flatten()
+        return rows, position[self.unit[rows]]
+
+    def row_offsets(self, mean_minus_shift: torch.Tensor) -> torch.Tensor:
+        """(B,) mu_g - s_r of each row (pass 2 subtracts it from r - s_r), from (U,) mu_g - s_k of each rollout."""
+        if self.unit is None:
+            return mean_minus_shift
+        return mean_minus_shift[self.unit] - self.delta
+
+
+def _group_statistics(
+    rewards, response_mask, units: _Units, num_groups: int, sums: _RowSums, length_weighting: bool
+) -> _Groups:
+    """Group mean and variance from each rollout's shifted sums, O(B) float64 work.
+
+    var_g = sum_k W_k * (V_k + (m_k - mu_g)^2): V_k the variance of rollout k's rewards around their mean m_k,
+    W_k the rollout's weight (1/K, or L_k/N without length weighting). Means are taken relative to one
+    shift of the group (s_g, a rollout's shift), so a group whose rewards are all equal gets exactly 0.
+    rewards, response_mask: (B, T); units: the rollouts (`_Units`, U of them); sums: their `_RowSums` (U,).
+    Returns `_Groups` with `mean_minus_shift` (U,).
+    """
+    shift, group = units.shift, units.group
+    row_sum, sq_sum, lengths = sums  # (U,) sums of r - s_k and (r - s_k)^2 over each rollout's valid tokens; L_k
     has_tokens = lengths > 0
-    inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1.0), 0.0)  # (B,) 1/L_k, 0 for empty rows
+    inv_len = torch.where(has_tokens, 1.0 / lengths.clamp(min=1.0), 0.0)  # (U,) 1/L_k, 0 for empty rollouts
     rollouts = group_sum(has_tokens.double(), group, num_groups)  # (G,) K
     if length_weighting:
-        weight = has_tokens.double() / rollouts.clamp(min=1.0)[group]  # (B,) W_k = 1/K
+        weight = has_tokens.double() / rollouts.clamp(min=1.0)[group]  # (U,) W_k = 1/K
     else:
-        weight = lengths / group_sum(lengths, group, num_groups).clamp(min=1.0)[group]  # (B,) W_k = L_k/N
-    row_shift = torch.where(has_tokens, shift.double(), -torch.inf)  # (B,) s_k (finite: NaN/inf raised before)
+        weight = lengths / group_sum(lengths, group, num_groups).clamp(min=1.0)[group]  # (U,) W_k = L_k/N
+    row_shift = torch.where(has_tokens, shift.double(), -torch.inf)  # (U,) s_k (finite: NaN/inf raised before)
     group_shift = torch.full((num_groups,), -torch.inf, dtype=torch.float64, device=rewards.device)
     group_shift = group_shift.scatter_reduce(0, group, row_shift, reduce="amax")  # (G,) s_g, one of the s_k
-    group_shift = torch.where(torch.isfinite(group_shift), group_shift, 0.0)[group]  # (B,)
-    row_shift = torch.where(has_tokens, row_shift, group_shift)  # rows without tokens: any finite value
+    group_shift = torch.where(torch.isfinite(group_shift), group_shift, 0.0)[group]  # (U,)
+    row_shift = torch.where(has_tokens, row_shift, group_shift)  # rollouts without tokens: any finite value
 
-    row_mean = row_sum * inv_len  # (B,) m_k - s_k
-    row_var = sq_sum * inv_len - row_mean.square()  # (B,) V_k, by the shifted-sum identity
+    row_mean = row_sum * inv_len  # (U,) m_k - s_k
+    row_var = sq_sum * inv_len - row_mean.square()  # (U,) V_k, by the shifted-sum identity
     lossy = has_tokens & (sq_sum * inv_len > _CANCELLATION_LIMIT * row_var)  # also catches V_k < 0
     if bool(lossy.any()):
-        rows = lossy.nonzero().flatten()
-        centered = rewards[rows].double() - (row_shift + row_mean)[rows, None]
+        lossy_units = lossy.nonzero().flatten()
+        rows, position = units.rows_of(lossy_units)
+        centered = rewards[rows].double() - (row_shift + row_mean)[lossy_units][position, None]
         centered = torch.where(response_mask[rows] != 0, centered, 0.0)
-        row_var = row_var.index_put((rows,), centered.square().sum(dim=1) * inv_len[rows])
+        squares = group_sum(centered.square().sum(dim=1), position, len(lossy_units))
+        row_var = row_var.index_put((lossy_units,), squares * inv_len[lossy_units])
 
-    offset = row_shift - group_shift + row_mean  # (B,) m_k - s_g
+    offset = row_shift - group_shift + row_mean  # (U,) m_k - s_g
     mean = group_sum(weight * offset, group, num_groups)  # (G,) mu_g - s_g
-    deviation = offset - mean[group]  # (B,) m_k - mu_g
+    deviation = offset - mean[group]  # (U,) m_k - mu_g
     within = group_sum(weight * row_var, group, num_groups)
     between = group_sum(weight * deviation.square(), group, num_groups)
-    mean_minus_shift = mean[group] - (row_shift - group_shift)  # (B,) mu_g - s_k
+    mean_minus_shift = mean[group] - (row_shift - group_shift)  # (U,) mu_g - s_k
     return _Groups(rollouts, within, between, mean_minus_shift)
 
 
@@ -319,11 +393,15 @@ def bot_diagnostics(stats: BotStats, tie_tolerance: float = DEFAULT_TIE_TOLERANC
             standardize is (almost) only within-rollout variation, typically every rollout the same
             outcome G with different local signals. A group whose rewards are all equal is tied.
             0 when no group has 2 rollouts.
+        rollouts_per_group: the mean K over groups with any valid token (rollout.n, unless rollouts
+            failed or are empty; a multi-output loop's rows of one sample count once). 0 for no group.
     """
     comparable = stats.rollouts >= 2
     tied = comparable & (stats.between <= tie_tolerance * (stats.within + stats.between))
     share = float(tied.sum()) / float(comparable.sum()) if bool(comparable.any()) else 0.0
-    return {"adv_abs_max": float(stats.abs_max), "tied_group_share": share}
+    present = stats.rollouts[stats.rollouts > 0]
+    per_group = float(present.mean()) if len(present) else 0.0
+    return {"adv_abs_max": float(stats.abs_max), "tied_group_share": share, "rollouts_per_group": per_group}
 
 
 def bot_options(config: Any) -> dict[str, Any]:
@@ -355,9 +433,17 @@ def scalar_layout(token_level_rewards: torch.Tensor, response_mask: torch.Tensor
     last token), where BoT-GRPO would standardize each last token against a bag of zeros. Exact: a row's
     sum of squares equals its last reward squared iff its other rewards are all 0.
 
+    Cost: O(B) for dense rewards. A non-zero reward on a row's valid token 0 while token 1 is valid too is
+    not on the last token, which decides "False" from two columns; only a batch without such a row (scalar
+    rewards, or a dense batch whose first tokens all get 0) takes the full (B, T) check.
+
     Args:
         token_level_rewards: (B, T). response_mask: (B, T).
     """
+    if token_level_rewards.shape[1] >= 2:
+        valid = (response_mask[:, 0] != 0) & (response_mask[:, 1] != 0)
+        if bool(((token_level_rewards[:, 0] != 0) & valid).any()):
+            return False
     rows = torch.arange(token_level_rewards.shape[0], device=token_level_rewards.device)
     last = token_level_rewards[rows, last_token_index(response_mask)].double()
     last = torch.where(response_mask.sum(dim=1) > 0, last, 0.0)
@@ -387,8 +473,9 @@ def compute_bot_advantage(
     clear error, unless verl-bot's own manager produced them (its G is on every token). Extra keyword
     arguments from verl are accepted and ignored.
 
-    In verl's trainer it reports `bot/adv_abs_max` and `bot/tied_group_share` (`bot_diagnostics`) to the
-    step's metrics (`verl_bot.context`).
+    In verl's trainer it reports `bot/adv_abs_max`, `bot/tied_group_share` and `bot/rollouts_per_group`
+    (`bot_diagnostics`) to the step's metrics (`verl_bot.context`). There, the rows of a multi-output agent
+    loop's sample (the context's `sessions`, set by `verl_bot.hooks.multi_trajectory`) are one rollout.
 
     Args:
         token_level_rewards: (B, T). response_mask: (B, T). index: (B,) uids.
@@ -406,8 +493,12 @@ def compute_bot_advantage(
             "as verl's naive/dapo managers write it): use reward.reward_manager.name=bot (G on every token), or "
             "+algorithm.bot_broadcast_scalar=true to spread each scalar over its tokens (GRPO, population std)"
         )
-    advantages, stats = bot_advantage_and_stats(rewards, response_mask, index, **bot_options(config))
-    if current() is not None:  # in verl's trainer: the step's diagnostics
+    ctx = current()
+    sessions = ctx.sessions if ctx is not None else None
+    advantages, stats = bot_advantage_and_stats(
+        rewards, response_mask, index, **bot_options(config), sessions=sessions
+    )
+    if ctx is not None:  # in verl's trainer: the step's diagnostics
         report_metrics({f"bot/{name}": value for name, value in bot_diagnostics(stats).items()})
     return advantages, advantages
 

@@ -23,6 +23,8 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
                                                              with rollout.full_determinism, a batch's rows in one
                                                              order (bit-equal reruns and resumes)
     rollout_failure     AgentLoopWorker._run_agent_loop      a rollout lost to a dead engine marks its group
+    response_mask       AgentLoopWorker._compute_score       the response mask travels to the bot manager
+                                                             (multi-turn: which tokens are tool context)
     resume              PPOTrainer.fit, tracking.FileLogger.__init__
                                                              a resumed run keeps the metrics of its earlier steps
     node_reach          PPOTrainer.init                      on several nodes, every node reaches every reward server
@@ -32,6 +34,10 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
     weight_sync         vllm_rollout.ServerAdapter._execute_method, BucketedWeightSender._init_socket
                                                              a weight sync the rollout engine fails stops the run
                                                              (any run: see the module)
+    reward_model_path   RewardLoopWorker.compute_score       the bot manager scores every rollout, also where verl
+                                                             serves a reward model (a step PRM: verl_bot.rewards.prm)
+    vllm_pooling_model  vLLMColocateWorkerExtension.monkey_patch_model
+                                                             verl's vLLM server starts a pooling model (no logits)
     validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight), then `driver`
     driver              sys.excepthook / atexit               the root cause is the driver's last line
     registries          verl's estimator, policy-loss, reward-manager and agent-loop registries
@@ -45,7 +51,9 @@ calls verl's original with the same arguments and returns its result unchanged
 unless the config uses verl-bot; the worker-side wrappers (`agent_loop_output`,
 `ppo_loss`, `engine_forward_step`, `multi_trajectory`) act only on data a
 verl-bot run put there (a dense reward, verl-bot's keys in `extra_info`, the
-batch context), and `driver` is installed by a verl-bot run's driver only.
+batch context), `vllm_pooling_model` only on a model verl's method would fail
+on (a pooling model, no `compute_logits`), and `driver` is installed by a
+verl-bot run's driver only.
 
 `install()` schedules each step of `PLAN` for the moment verl imports its
 module (`_on_import`): a process changes only the verl modules it imports.
@@ -84,10 +92,14 @@ PLAN: tuple[tuple[str, str], ...] = (
     # when verl's agent loop is imported, so before verl's v1 agent loop (verl.trainer.ppo.v1.agent_loop_tq, which
     # imports it) makes its Ray actor class of AgentLoopWorker
     ("verl.experimental.agent_loop.agent_loop", "rollout_failure:install"),
+    ("verl.experimental.agent_loop.agent_loop", "response_mask:install"),
     ("verl.workers.engine_workers", "ppo_loss:install"),
     ("verl.workers.engine.fsdp.transformer_impl", "engine_forward_step:install"),
     (f"{VLLM_ROLLOUT}.vllm_rollout", "weight_sync:install_adapter"),
     (f"{VLLM_ROLLOUT}.bucketed_weight_transfer", "weight_sync:install_sender"),
+    # before verl's RewardLoopManager makes its Ray actor class of RewardLoopWorker
+    ("verl.experimental.reward_loop.reward_loop", "reward_model_path:install"),
+    (f"{VLLM_ROLLOUT}.utils", "vllm_pooling_model:install"),
 )
 
 

@@ -9,8 +9,11 @@ vector, and each named stream becomes one more trajectory field
 method runs unchanged; a scalar `reward_score` takes verl's own path untouched,
 so every other reward manager behaves exactly as before.
 
-A vector or stream of the wrong length (e.g. a multi-output agent loop, where
-verl copies the last output's reward to the earlier ones) is a configuration
+A multi-output agent loop's outputs share one `reward_score` (verl copies the
+last output's to the earlier ones): the manager's session form carries every
+output's rewards by a fingerprint of its ids (`verl_bot.rewards.sessions`), and
+the wrapper takes this output's own. A missing fingerprint (ids changed after
+scoring), or a vector or stream of the wrong length, is a configuration
 error. Raising here would only tag the group "failure" and let training go on,
 so the row gets zeros and its `reward_extra_info` (a copy: multi-output rows
 share the dict) gets the `verl_bot.errors.FATAL_KEY` marker, which stops the
@@ -27,17 +30,35 @@ import torch
 from verl_bot.dense import dense_row, is_dense, split_reward_score
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks._patch import wrap
+from verl_bot.rewards.sessions import BY_TRAJECTORY, pick_trajectory
 from verl_bot.streams import stream_fields
 
 
-def dense_fields(reward_score: Any, length: int, extra_fields: dict) -> dict[str, Any]:
-    """`rm_scores` (length,) and the `bot_stream_<name>` fields of a dense `reward_score`.
+def own_reward_score(reward_score: Any, prompt_ids: list[int], response_ids: list[int]) -> Any:
+    """This trajectory's entry of a session's `reward_score` (the reward_score itself otherwise).
 
-    On a length mismatch: zero rows instead, and `extra_fields` (a copy) whose `reward_extra_info` carries
-    the fatal marker with the error's message.
+    Raises VerlBotConfigError when the session has no rewards for these ids."""
+    try:
+        return pick_trajectory(reward_score, prompt_ids, response_ids)
+    except KeyError:
+        raise VerlBotConfigError(
+            f"verl-bot: no token rewards for a trajectory of {len(response_ids)} response tokens in its "
+            f"multi-output session (ids changed after scoring; {len(reward_score[BY_TRAJECTORY])} scored)"
+        ) from None
+
+
+def dense_fields(
+    reward_score: Any, length: int, extra_fields: dict, ids: tuple[list[int], list[int]] = ((), ())
+) -> dict[str, Any]:
+    """`rm_scores` (length,) and the `bot_stream_<name>` fields of a dense `reward_score`; `ids` (prompt ids,
+    response ids) pick a multi-output session's entry (`own_reward_score`).
+
+    On a length mismatch or a missing entry: zero rows instead, and `extra_fields` (a copy) whose
+    `reward_extra_info` carries the fatal marker with the error's message.
     """
     token_rewards, streams = split_reward_score(reward_score)
     try:
+        token_rewards, streams = split_reward_score(own_reward_score(reward_score, *ids))
         return {"rm_scores": dense_row(token_rewards, length), **stream_fields(streams, length)}
     except VerlBotConfigError as exc:
         zeros = [0.0] * length
@@ -61,7 +82,8 @@ def _make_as_dict(original):
             output = original(self)
         finally:
             self.reward_score = reward_score
-        output.update(dense_fields(reward_score, output["response_mask"].numel(), output["extra_fields"]))
+        ids = (self.prompt_ids, self.response_ids)
+        output.update(dense_fields(reward_score, output["response_mask"].numel(), output["extra_fields"], ids))
         return output
 
     return as_dict

@@ -5,7 +5,9 @@ method, for a run that uses verl-bot (`verl_bot.usage`; any other run gets
 verl's method as it is), the wrapper adds
 `verl_bot.rewards.metrics.training_reward_metrics` of the batch's non-padding
 rows (`reward/<key>/mean`, `reward/flag/<name>/mean`), read from their
-`extra_fields`. Metrics are never worth a failed training step: a failure here
+`extra_fields`; of a multi-output agent loop's sample only the last output
+counts (verl copies its `reward_extra_info` to the earlier ones), so a sample
+weighs one rollout whatever its number of outputs. Metrics are never worth a failed training step: a failure here
 is one warning line, once per run.
 """
 
@@ -16,6 +18,7 @@ import logging
 
 from verl_bot.hooks._patch import wrap
 from verl_bot.hooks.compute_advantage import column_values, padding_mask
+from verl_bot.hooks.multi_trajectory import last_outputs
 from verl_bot.rewards.metrics import training_reward_metrics
 from verl_bot.usage import in_use
 
@@ -32,11 +35,13 @@ def extra_fields(batch) -> list:
 
 
 def reward_metrics(trainer, batch) -> dict[str, float]:
-    """`training_reward_metrics` of the batch's non-padding rows; {} (and one warning per run) if unreadable."""
+    """`training_reward_metrics` of the batch's non-padding rows, each sample's last output only; {} (and one
+    warning per run) if unreadable."""
     try:
         rows = extra_fields(batch)
-        return training_reward_metrics([row for row, pad in zip(rows, padding_mask(batch).tolist(), strict=True)
-                                        if not pad])
+        keep = [last and not pad for last, pad in zip(last_outputs(list(batch.keys)), padding_mask(batch).tolist(),
+                                                      strict=True)]
+        return training_reward_metrics([row for row, kept in zip(rows, keep, strict=True) if kept])
     except Exception as exc:  # noqa: BLE001 - metrics are never worth a failed training step
         if not trainer.__dict__.get(WARNED_ATTR):
             trainer.__dict__[WARNED_ATTR] = True

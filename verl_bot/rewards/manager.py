@@ -76,9 +76,25 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.rewards.metrics import FLAGS_KEY, LOCAL_SIGNAL_KEY
+from verl_bot.rewards.prm import PrmClient, PrmResult, prm_metrics, prm_settings
 from verl_bot.rewards.scorers import ScorerNotConfigured, build_scorers
+from verl_bot.rewards.sessions import (
+    response_length,
+    session_reward_score,
+    session_trajectories,
+    trajectories_request,
+    trajectory_local,
+)
 from verl_bot.rewards.settings import manager_settings
 from verl_bot.rewards.spans import token_char_spans
+from verl_bot.rewards.turns import (
+    multi_turn_info,
+    request_turn_count,
+    rollout_mask,
+    turn_request,
+    unused_turns,
+    with_turn_values,
+)
 from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
 from verl_bot.rewards.verl_scorer import VerlFunctionScorer
 from verl_bot.streams import streams_for, token_streams, verdict_format, verdict_outcome
@@ -138,7 +154,14 @@ class BoTRewardManager(RewardManagerBase):
             self.settings["scorers"], timeout_s=self.settings["timeout_s"], retries=self.settings["retries"]
         )
         self.verl_scorer = VerlFunctionScorer(
-            config, compute_score, workers=self.settings["fn_workers"], timeout_s=self.settings["timeout_s"]
+            config, compute_score, workers=self.settings["fn_workers"], timeout_s=self.settings["timeout_s"],
+            reward_router_address=reward_router_address, reward_model_tokenizer=reward_model_tokenizer,
+        )
+        prm = prm_settings(config) if self.settings["token_level"] else None  # S from a served PRM (docs/prm.md)
+        rm_path = ((config.get("reward") or {}).get("reward_model") or {}).get("model_path")
+        self.prm = None if prm is None else PrmClient.from_settings(
+            prm, reward_router_address, reward_model_tokenizer, rm_path,
+            timeout_s=self.settings["timeout_s"], retries=self.settings["retries"],
         )
 
     def _scorer_for(self, data_source: str):
@@ -165,14 +188,39 @@ class BoTRewardManager(RewardManagerBase):
                 raw = await scorer.score(request)  # (their start-up and the queue are not the call's time)
             else:
                 raw = await asyncio.wait_for(scorer.score(request), timeout=self.settings["timeout_s"])
-            return validate_verdict(raw), None
+            outputs = max(1, len(request.get("trajectories", ())))  # a multi-output loop's session
+            return validate_verdict(raw, request_turn_count(request), outputs), None
         except VerlBotConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - any other scorer failure becomes the documented sentinel
             message = f"{type(exc).__name__}: {exc}"
             logger.warning("scorer for %s failed (%s); sentinel reward", data_source, message)
-            sentinel = {"global": {"score": self.settings["failure_score"], "parts": {}}, "local": []}
-            return validate_verdict(sentinel), message[:500]
+            return self._sentinel(), message[:500]
+
+    def _sentinel(self) -> dict:
+        """The verdict of a rollout whose scorer failed: G = failure_score, no local signal."""
+        return validate_verdict({"global": {"score": self.settings["failure_score"], "parts": {}}, "local": []})
+
+    async def _verdict_and_prm(self, data_source: str, request: dict) -> tuple[dict, str | None, dict]:
+        """`_verdict`, with the PRM's call alongside where it gives S (`verl_bot.rewards.prm`): the verdict's local
+        spans replaced by (or added to) the PRM's, a PRM fault the failed-scorer sentinel; plus the PRM's metrics."""
+        if self.prm is None or not self.prm.covers(data_source):
+            return (*await self._verdict(data_source, request), {} if self.prm is None else prm_metrics(None, False))
+        scored, prm = await asyncio.gather(
+            self._verdict(data_source, request),
+            asyncio.wait_for(self.prm.score(request["prompt"], request["response"]), self.settings["timeout_s"]),
+            return_exceptions=True,
+        )
+        for outcome in (scored, prm):  # a cancellation or a configuration error (fatal marker) goes up
+            if isinstance(outcome, VerlBotConfigError) or not isinstance(outcome, Exception | tuple | PrmResult):
+                raise outcome
+        if isinstance(prm, Exception):
+            message = f"prm: {type(prm).__name__}: {prm}"
+            logger.warning("the PRM failed for %s (%s); sentinel reward", data_source, message)
+            return self._sentinel(), message[:500], prm_metrics(None, True)
+        verdict, failure = scored
+        verdict = prm.applied(verdict, self.prm.settings["combine"]) if failure is None else verdict
+        return verdict, failure, prm_metrics(prm, False)
 
     def _fatal(self, message: str, length: int) -> dict:
         """A zero reward carrying the marker that stops the run (`verl_bot.errors`)."""
@@ -187,9 +235,9 @@ class BoTRewardManager(RewardManagerBase):
         return {"reward_score": {"token_rewards": zeros, "streams": streams}, "reward_extra_info": info}
 
     async def run_single(self, data: DataProto) -> dict:
-        item = data[-1]  # for multi-output trajectories verl scores the last output
+        item = data[-1]  # a multi-output sample: the last output is `response` (verl_bot.rewards.sessions)
         response_ids = item.batch["responses"]
-        length = int(item.batch["attention_mask"][-response_ids.shape[-1] :].sum())
+        length = response_length(data, len(data) - 1)  # not the attention mask: rows are pad_sequence'd
         valid_ids = response_ids[:length].tolist()
         data_source = str(item.non_tensor_batch.get("data_source", ""))
         reward_model = item.non_tensor_batch.get("reward_model") or {}
@@ -197,14 +245,24 @@ class BoTRewardManager(RewardManagerBase):
         text, token_spans = await asyncio.get_running_loop().run_in_executor(
             None, token_char_spans, self.tokenizer, valid_ids
         )
+        tool_fields, num_turns = (item.non_tensor_batch.get(k) for k in ("tool_extra_fields", "__num_turns__"))
+        try:  # multi-turn (verl's ToolAgentLoop): the mask of generated tokens (verl_bot.rewards.turns)
+            mask = rollout_mask(tool_fields, num_turns, length)
+        except VerlBotConfigError as exc:
+            return self._fatal(str(exc), length)
         request = {
             "prompt": _prompt_text(item, self.tokenizer),
             "response": text,
             "ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, dict) else None,
-            "extra_info": dict(item.non_tensor_batch.get("extra_info") or {}),
+            "extra_info": {
+                **(item.non_tensor_batch.get("extra_info") or {}), **multi_turn_info(tool_fields, num_turns)
+            },
+            **turn_request(mask, token_spans),
         }
+        trajectories = await session_trajectories(data, self.tokenizer) if len(data) > 1 else []
+        request.update(trajectories_request(trajectories))
         try:
-            verdict, failure = await self._verdict(data_source, request)
+            verdict, failure, prm_extra = await self._verdict_and_prm(data_source, request)
         except VerlBotConfigError as exc:
             return self._fatal(str(exc), length)
         score = verdict["global"]["score"]
@@ -214,6 +272,7 @@ class BoTRewardManager(RewardManagerBase):
             "scorer_error": float(verdict["error"] is not None),
             "scorer_error_msg": failure or "",
             FLAGS_KEY: ",".join(verdict["flags"]),
+            **prm_extra,
         }
         if self.overlong is not None:
             extra["overlong"] = overlong_penalty(length, *self.overlong)
@@ -223,14 +282,27 @@ class BoTRewardManager(RewardManagerBase):
         if not math.isnan(outcome):
             extra["solved"] = extra["acc"] = outcome
         if not self.settings["token_level"]:
+            extra.update(unused_turns(verdict["turns"]))
             return {"reward_score": self.settings["w_global"] * score, "reward_extra_info": extra}
-        local = clip_local(local_token_values(verdict["local"], token_spans, len(text)), self.settings["local_clip"])
+        span_local = local_token_values(verdict["local"], token_spans, len(text))
+        if trajectories:  # S of the verdict's trajectories entry for the last output
+            span_local = span_local + trajectory_local(verdict, len(data) - 1, token_spans, len(text))
+        local, turn_extra = with_turn_values(span_local, verdict["turns"], mask)  # S^span + S^turn, then the clip
+        local = clip_local(local, self.settings["local_clip"])
+        extra.update(turn_extra)
         extra[LOCAL_SIGNAL_KEY] = float(np.any(local != 0))
-        token_rewards = compose_token_rewards(
-            score, local, self.settings["w_global"], self.settings["w_local"]
-        ).tolist()
-        if not self.streams:
-            return {"reward_score": token_rewards, "reward_extra_info": extra}
         format_score = verdict_format(verdict, failure is not None)
-        streams = token_streams(self.streams, score, local, token_spans, text, outcome, format_score)
-        return {"reward_score": {"token_rewards": token_rewards, "streams": streams}, "reward_extra_info": extra}
+
+        def form(local: np.ndarray, spans: np.ndarray, text: str):
+            """`reward_score` of one response: its token rewards, with the named streams when estimated."""
+            token_rewards = compose_token_rewards(score, local, self.settings["w_global"], self.settings["w_local"])
+            if not self.streams:
+                return token_rewards.tolist()
+            streams = token_streams(self.streams, score, local, spans, text, outcome, format_score)
+            return {"token_rewards": token_rewards.tolist(), "streams": streams}
+
+        reward_score = session_reward_score(
+            form(local, token_spans, text), trajectories, verdict,
+            lambda s, t: form(clip_local(s, self.settings["local_clip"]), t.token_spans, t.text),
+        )
+        return {"reward_score": reward_score, "reward_extra_info": extra}

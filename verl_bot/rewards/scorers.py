@@ -12,10 +12,12 @@ and the verdict is the REWARD_API response item. Two kinds:
   is a configuration error (`ScorerRefused`): it stops the run instead of
   failing every rollout;
 - `PythonScorer`: an in-process function `fn(prompt, response, ground_truth,
-  extra_info) -> verdict`, sync (run in a thread) or async.
+  extra_info) -> verdict`, sync (run in a thread) or async; a function with a
+  `turns` parameter also gets the request's turn layout (`turns=`: a list for a
+  multi-turn response, None for a single-turn one; docs/REWARD_API.md).
 
 A scorer spec (config value) is one of:
-    "builtin:toy_lint"                      a scorer shipped with verl-bot (toy_lint, toy_math)
+    "builtin:toy_lint"                      a scorer shipped with verl-bot (toy_lint, toy_math, toy_calc)
     "python:my_pkg.my_module:my_function"   any importable function
     "http://127.0.0.1:8801"                 a reward server; several URLs as a
     ["http://a:8801", "http://b:8801"]      list or comma-separated string
@@ -29,6 +31,7 @@ quoted: `+reward.reward_kwargs.bot.scorers.toy_math='builtin:toy_math?flip=0.2&s
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import itertools
@@ -39,11 +42,11 @@ from urllib.parse import parse_qsl
 
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.rewards.noise import LocalNoise
-from verl_bot.rewards.toy import toy_lint, toy_math
+from verl_bot.rewards.toy import toy_calc, toy_lint, toy_math
 
-BUILTIN_SCORERS: dict[str, Callable[..., Any]] = {"toy_lint": toy_lint, "toy_math": toy_math}
+BUILTIN_SCORERS: dict[str, Callable[..., Any]] = {"toy_lint": toy_lint, "toy_math": toy_math, "toy_calc": toy_calc}
 # data_source -> scorer spec used when the config names no scorer for it
-DEFAULT_SCORERS: dict[str, str] = {"toy_lint": "builtin:toy_lint", "toy_math": "builtin:toy_math"}
+DEFAULT_SCORERS: dict[str, str] = {name: f"builtin:{name}" for name in BUILTIN_SCORERS}
 TOKEN_ENV = "REWARD_SERVER_TOKEN"  # the reward servers' bearer-token variable (reward_servers/common/service.py)
 
 
@@ -59,6 +62,9 @@ class ScorerNotConfigured(VerlBotConfigError):
     """No scorer serves a row's `data_source`."""
 
 
+OPTIONAL_ITEM_KEYS = ("turns", "trajectories")  # request keys a python: scorer gets as keywords if it takes them
+
+
 class PythonScorer:
     """Runs an in-process scoring function (sync functions in a worker thread); `noise` makes its local signal
     noisy (`verl_bot.rewards.noise`)."""
@@ -66,14 +72,17 @@ class PythonScorer:
     def __init__(self, fn: Callable[..., Any], noise: LocalNoise | None = None):
         self.fn = fn
         self.is_async = inspect.iscoroutinefunction(fn)
+        parameters = inspect.signature(fn).parameters
+        self.optional = [key for key in OPTIONAL_ITEM_KEYS if key in parameters]  # passed when the signature has them
         self.noise = noise
 
     async def score(self, item: dict) -> dict:
         args = (item["prompt"], item["response"], item.get("ground_truth"), item.get("extra_info"))
+        call = functools.partial(self.fn, *args, **{key: item.get(key) for key in self.optional})
         if self.is_async:
-            verdict = await self.fn(*args)
+            verdict = await call()
         else:
-            verdict = await asyncio.get_running_loop().run_in_executor(None, self.fn, *args)
+            verdict = await asyncio.get_running_loop().run_in_executor(None, call)
         return self.noise.apply(verdict, item["response"]) if self.noise is not None else verdict
 
 

@@ -42,10 +42,10 @@ def user_settings(config: Any) -> dict[str, Any]:
     """What the run sets under `reward.reward_kwargs.bot` (checked: unknown keys, a bad `token_level`)."""
     reward_kwargs = (config.get("reward") or {}).get("reward_kwargs") or {}
     user = dict(reward_kwargs.get("bot") or {})
-    unknown = set(user) - set(DEFAULTS) - {"scorers"}
+    unknown = set(user) - set(DEFAULTS) - {"scorers", "prm"}  # prm: verl_bot.rewards.prm.prm_settings
     if unknown:
         raise VerlBotConfigError(
-            f"unknown reward.reward_kwargs.bot keys {sorted(unknown)}; known: {sorted(DEFAULTS)} and scorers"
+            f"unknown reward.reward_kwargs.bot keys {sorted(unknown)}; known: {sorted(DEFAULTS)}, scorers and prm"
         )
     if user.get("token_level", "auto") not in TOKEN_LEVEL:
         raise VerlBotConfigError(

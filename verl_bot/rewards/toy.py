@@ -1,4 +1,4 @@
-"""The built-in in-process scorers of the CPU tasks: `toy_lint` and `toy_math`.
+"""The built-in in-process scorers of the CPU tasks: `toy_lint`, `toy_math` and `toy_calc`.
 
 `toy_lint` has the shape of the React reward's ESLint part (a global score plus
 penalties on spans of the response) on a task a tiny model can learn on a CPU:
@@ -18,6 +18,12 @@ server's own scorer, run in-process: `reward_servers.math.server.MathScorer` wit
 service's per-item path (`score_batch`). Its verdict is the one `python -m reward_servers.math --judge rule
 --no-math-verify` answers over HTTP: G = 3 * 1[correct] + b_format (parts `answer`, `format`), local
 0.5 * e_s / |S| on each step's span, `info.correct` the outcome.
+
+`toy_calc` (toy_math's problems solved with a calculator tool over two assistant turns, `verl_bot.cpu.toy_calc`)
+scores per turn from the request's turn layout (`turns`): G = 1[the last turn's `<final>` is the answer] (part
+`correct`); turn 0 gets `TURN_VALUE` when its tool call sends the problem's expression, else -`TURN_VALUE`; the last
+turn, when there is one after the tool's reply, `TURN_VALUE` when its answer is what the tool returned, else
+-`TURN_VALUE`. Values of both signs (centred): a turn earns for doing its part right, not for existing.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 from reward_servers.common.service import score_batch
 from reward_servers.math.server import MathConfig, MathScorer
+from verl_bot.rewards.calc import called_expression, evaluate, final_answer
 
 DEFAULT_FORBIDDEN = "aeiou"
 EMPTY_SCORE = -1.0
@@ -76,3 +83,48 @@ async def toy_math(prompt: Any, response: str, ground_truth: Any = None, extra_i
     item = {"prompt": prompt, "response": response, "ground_truth": ground_truth, "extra_info": extra_info or {}}
     (verdict,) = await score_batch(_toy_math_scorer(), [item], {})
     return verdict
+
+
+TURN_VALUE = 0.5
+PROBLEM = re.compile(r"Compute\s+([0-9+\-\s]+?)\s*\.")
+
+
+def assistant_turns(response: str, turns: list[dict] | None) -> list[str]:
+    """The text of each assistant turn of `response`, from the request's turn layout (None: one turn, the
+    whole response)."""
+    if not turns:
+        return [response]
+    texts: dict[int, str] = {}
+    for run in turns:
+        if run["role"] == "assistant":
+            texts[run["turn"]] = texts.get(run["turn"], "") + response[run["start"] : run["end"]]
+    return [texts.get(k, "") for k in range(1 + max(run["turn"] for run in turns))]
+
+
+def _expression(prompt: Any, extra_info: Any) -> str | None:
+    if isinstance(extra_info, dict) and extra_info.get("expression"):
+        return str(extra_info["expression"])
+    match = PROBLEM.search(str(prompt))
+    return match.group(1).replace(" ", "") if match else None
+
+
+def toy_calc(prompt: Any, response: str, ground_truth: Any = None, extra_info: Any = None,
+             turns: list[dict] | None = None) -> dict:
+    """Score a `toy_calc` rollout per turn (see the module docstring); returns a REWARD_API verdict with `turns`."""
+    texts = assistant_turns(response, turns)
+    called = called_expression(texts[0])
+    expected = _expression(prompt, extra_info)
+    answer = final_answer(texts[-1])
+    correct = answer is not None and answer == str(ground_truth).strip()
+    right_call = called is not None and expected is not None and called.replace(" ", "") == expected
+    turns_out = [{"turn": 0, "value": TURN_VALUE if right_call else -TURN_VALUE}]
+    if len(texts) > 1:
+        used_tool = called is not None and answer is not None and answer == evaluate(called)
+        turns_out.append({"turn": len(texts) - 1, "value": TURN_VALUE if used_tool else -TURN_VALUE})
+    return {
+        "global": {"score": float(correct), "parts": {"correct": float(correct)}},
+        "local": [],
+        "turns": turns_out,
+        "info": {"correct": correct, "solved": correct, "tool_called": called is not None},
+        "flags": [] if called is not None else ["no_tool_call"],
+    }

@@ -13,9 +13,11 @@ What the function returns becomes a REWARD_API verdict (`verdict_from_result`): 
 as `acc`, as verl's `naive` manager does); a dict's `score` is G, its other numeric keys are parts of G (the
 metrics `reward/<key>/mean`; other values are dropped), and
 its optional `local` list of REWARD_API spans (`{"start", "end", "value"}`, character offsets into
-`solution_str`) is the local signal S. A `NotImplementedError` from the function (verl's answer for a data
-source it does not know) is a configuration error that ends the run; any other exception, a timeout or a bad
-result gets the manager's failure sentinel.
+`solution_str`) is the local signal S, its optional `turns` (`[{"turn", "value"}]`) values per assistant turn.
+A multi-turn rollout (verl's `ToolAgentLoop`) gives the function `extra_info["turns"]` (the request's turn
+layout, docs/REWARD_API.md) besides verl's `num_turns`, `turn_scores` and `tool_rewards`. A
+`NotImplementedError` from the function (verl's answer for a data source it does not know) is a configuration
+error that ends the run; any other exception, a timeout or a bad result gets the manager's failure sentinel.
 
 Where it runs. verl's `naive` manager calls a sync function in the reward-loop process's thread pool, where
 `signal.alarm` (math-verify's timeout) cannot work and a hung call can never be stopped. Here sync functions
@@ -23,12 +25,20 @@ run in `fn_workers` worker processes (started on first use, `reward_servers.math
 in the main thread of its worker, with a hard per-call limit of `timeout_s` (a hung call's worker is killed
 and replaced). `fn_workers=0` runs them in threads as verl does (for functions that mostly wait on I/O, e.g.
 a synchronous HTTP judge). Async functions are awaited in the reward loop, as verl does.
+
+GenRM-style functions. When verl serves a reward model (`reward.reward_model.enable=true`), verl's `naive` manager
+adds `reward_router_address` (the host:port of verl's reward router) and `reward_model_tokenizer` (the reward
+model's tokenizer) to the call of a custom function (verl/experimental/reward_loop/reward_manager/naive.py:58-64).
+So does this scorer, for a custom function that names both parameters or takes `**kwargs` (verl's `naive` passes
+them to any function, which a function without them answers with a TypeError); in a worker process the
+tokenizer is loaded once from `reward.reward_model.model_path`, as verl's reward loop loads it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import inspect
 import json
 import threading
@@ -42,6 +52,7 @@ from verl_bot.rewards.verdict import InvalidVerdict
 from verl_bot.rewards.verl_functions import default_knows, function_config, load_reward_fn
 
 WORKER_TARGET = "verl_bot.rewards.verl_scorer:call_in_worker"
+ROUTER_PARAMS = ("reward_router_address", "reward_model_tokenizer")
 
 
 def verdict_from_result(result: Any) -> dict:
@@ -54,7 +65,8 @@ def verdict_from_result(result: Any) -> dict:
             for key, value in result.items()
             if key not in ("score", "local") and isinstance(value, bool | int | float | np.number | np.bool_)
         }
-        return {"global": {"score": result["score"], "parts": parts}, "local": result.get("local") or []}
+        turns = {"turns": result["turns"]} if "turns" in result else {}
+        return {"global": {"score": result["score"], "parts": parts}, "local": result.get("local") or [], **turns}
     if isinstance(result, bool | int | float | np.number | np.bool_):
         # `acc` as verl's naive manager reports a number: verl's validation reads it (val-core/<source>/acc)
         return {"global": {"score": float(result), "parts": {"acc": float(result)}}, "local": []}
@@ -76,6 +88,32 @@ async def _call_async(fn: Callable[..., Any], kwargs: dict) -> dict:
         return {"not_implemented": str(exc)}
 
 
+def accepts_router(fn: Callable[..., Any]) -> bool:
+    """True when the user's function `fn` (as verl's `get_custom_reward_fn` wraps it) takes `ROUTER_PARAMS`:
+    it names both, or it takes `**kwargs`."""
+    from verl.trainer.ppo import reward as verl_reward
+
+    wrappers = (verl_reward._call_with_kwargs, verl_reward._call_with_kwargs_async)
+    while isinstance(fn, functools.partial):  # verl's wrapper: partial(_call_with_kwargs, raw_fn, reward_kwargs)
+        fn = fn.args[0] if fn.func in wrappers else fn.func
+    params = inspect.signature(fn).parameters.values()
+    return set(ROUTER_PARAMS) <= {p.name for p in params} or any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _load_with_router(fn_config: dict) -> Callable[..., Any]:
+    """`load_reward_fn(fn_config)`, with `ROUTER_PARAMS` bound when `fn_config` has a `reward_router` entry
+    (`{"address", "tokenizer_path"}`: the tokenizer is loaded here, as verl's reward loop loads it)."""
+    fn = load_reward_fn(fn_config)
+    router = fn_config.get("reward_router")
+    if router is None:
+        return fn
+    from verl.utils import hf_tokenizer
+    from verl.utils.fs import copy_to_local
+
+    tokenizer = hf_tokenizer(copy_to_local(router["tokenizer_path"]), trust_remote_code=True)
+    return functools.partial(fn, reward_router_address=router["address"], reward_model_tokenizer=tokenizer)
+
+
 _WORKER_FNS: dict[str, Callable[..., Any]] = {}
 
 
@@ -84,7 +122,7 @@ def call_in_worker(payload: dict) -> dict:
     `payload["kwargs"]` in this process's main thread. A payload without kwargs only builds it (warm-up)."""
     key = json.dumps(payload["fn"], sort_keys=True)
     if key not in _WORKER_FNS:
-        _WORKER_FNS[key] = load_reward_fn(payload["fn"])
+        _WORKER_FNS[key] = _load_with_router(payload["fn"])
     if "kwargs" not in payload:
         return {}
     return _call(_WORKER_FNS[key], payload["kwargs"])
@@ -99,12 +137,20 @@ class VerlFunctionScorer:
             None: built here from the config.
         workers: worker processes for sync functions; 0 = the reward loop's thread pool.
         timeout_s: hard limit per call in a worker process.
+        reward_router_address, reward_model_tokenizer: what verl's reward loop hands the manager when it serves
+            a reward model (else None); passed on to a custom function that takes them (`accepts_router`).
     """
 
-    def __init__(self, config: Any, compute_score: Callable[..., Any] | None, workers: int, timeout_s: float):
+    def __init__(self, config: Any, compute_score: Callable[..., Any] | None, workers: int, timeout_s: float,
+                 reward_router_address: str | None = None, reward_model_tokenizer: Any = None):
         self.fn_config = function_config(config)
         self.custom = "custom_reward_function" in self.fn_config
         self.compute_score = compute_score or load_reward_fn(self.fn_config)
+        self.router_kwargs = {}
+        if reward_router_address is not None and self.custom and accepts_router(self.compute_score):
+            self.router_kwargs = dict(zip(ROUTER_PARAMS, (reward_router_address, reward_model_tokenizer), strict=True))
+            tokenizer_path = str(config.reward.reward_model.model_path)
+            self.fn_config["reward_router"] = {"address": reward_router_address, "tokenizer_path": tokenizer_path}
         self.is_async = inspect.iscoroutinefunction(self.compute_score)
         self.workers = int(workers)
         self.timeout_s = float(timeout_s)
@@ -151,12 +197,14 @@ class VerlFunctionScorer:
             "data_source": data_source,
             "solution_str": item["response"],
             "ground_truth": item.get("ground_truth"),
-            "extra_info": item.get("extra_info"),
+            "extra_info": {**(item.get("extra_info") or {}), "turns": item["turns"]} if "turns" in item
+            else item.get("extra_info"),
         }
         if self.is_async:
-            out = await _call_async(self.compute_score, kwargs)
+            out = await _call_async(self.compute_score, {**kwargs, **self.router_kwargs})
         elif self.workers == 0:
-            out = await asyncio.get_running_loop().run_in_executor(None, _call, self.compute_score, kwargs)
+            call = functools.partial(_call, self.compute_score, {**kwargs, **self.router_kwargs})
+            out = await asyncio.get_running_loop().run_in_executor(None, call)
         else:
             pool = self._pool or await asyncio.get_running_loop().run_in_executor(None, self._worker_pool)
             out = await pool.submit({"fn": self.fn_config, "kwargs": kwargs})
