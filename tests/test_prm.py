@@ -153,6 +153,17 @@ def test_split_steps_spans_cover_the_text_and_follow_the_streams_rule():
     assert list(ends) == [1, 9, 22, 29]  # the leading run ends an empty step, which the PRM joins to the next
 
 
+def test_a_think_block_is_not_scored():
+    """A reasoning model's drafts inside <think> are no steps of the PRM (the servers score only the answer); a
+    response cut off inside the block has none."""
+    think = "<think>draft one\n\ndraft two</think>"
+    steps = prm.answer_steps(think + "a\n\nb", "\n\n")
+    assert [(s.start, s.end, s.text) for s in steps] == [(len(think), len(think) + 3, "a"),
+                                                         (len(think) + 3, len(think) + 4, "b")]
+    assert prm.answer_steps("<think>draft one\n\ndraft two", "\n\n") == []
+    assert [s.text for s in prm.answer_steps("x\n\ny", "\n\n")] == ["x", "y"]  # no think block: all of it
+
+
 def test_values_transforms_and_rows_checks():
     rows = [[0.1, 0.9], [0.75, 0.25]]
     assert prm.step_values(rows, 1, "centred", 1.0) == pytest.approx([0.8, -0.5])

@@ -17,7 +17,8 @@ Knobs, under `reward.reward_kwargs.bot.prm` (`prm_settings`; docs/prm.md):
     max_length      the PRM's input length in tokens (default: its config's max_position_embeddings); the
                     trailing steps that do not fit are not scored (`prm_truncated`)
 
-Per rollout (`PrmClient.score`): the response is split into steps (`split_steps`), step-tag text is removed
+Per rollout (`PrmClient.score`): the response's answer (after a reasoning model's `</think>`; none when it was cut
+off inside the block) is split into steps (`answer_steps`), step-tag text is removed
 from the steps and the prompt (`prm_tag_in_text`), the PRM's input is rendered with its own tokenizer's chat
 template as [system, user = the prompt, assistant = step1 TAG step2 TAG ...] (Qwen2.5-Math-PRM's format,
 `prm_input_ids`), and one `POST <base>/pooling {"model", "input": ids, "task": "token_classify"}` (vLLM
@@ -44,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reward_servers.common.think import split_think
 from verl_bot.errors import VerlBotConfigError
 
 ROUTER = "router"
@@ -207,6 +209,15 @@ def separator_pattern(separator: str) -> re.Pattern:
     if len(set(separator)) == 1:
         return re.compile(re.escape(separator) + re.escape(separator[0]) + "*")
     return re.compile(f"(?:{re.escape(separator)})+")
+
+
+def answer_steps(response: str, separator: str) -> list[Step]:
+    """The steps of a response's answer (`split_steps`, offsets in `response`): a reasoning model's think block is
+    not scored (as the reward servers score only what follows `</think>`: `reward_servers.common.think`), and a
+    response cut off inside its think block has no step."""
+    think = split_think(response)
+    return [Step(step.start + think.end, step.end + think.end, step.text)
+            for step in split_steps(response[think.end :], separator)]
 
 
 def split_steps(text: str, separator: str) -> list[Step]:
@@ -388,7 +399,7 @@ class PrmClient:
     def prepare(self, prompt: str, response: str) -> tuple[list[Step], list[int], int, bool]:
         """(steps, input ids, steps in the input, tag text found): the CPU part of `score`."""
         settings, tag = self.settings, self.settings["step_tag"]
-        steps = split_steps(response, settings["step_separator"])
+        steps = answer_steps(response, settings["step_separator"])
         prompt, in_prompt = without_tag(prompt, tag)
         cleaned = [without_tag(step.text, tag) for step in steps]
         texts = [text for text, _ in cleaned]
