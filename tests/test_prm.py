@@ -203,6 +203,8 @@ def test_fitting_input_keeps_the_longest_prefix_of_steps_that_fits():
         ("max_length=0", "prm.max_length must be a positive number of tokens, got 0"),
         ("stepp_tag=x", "unknown reward.reward_kwargs.bot.prm keys ['stepp_tag']"),
         ("step_tag=zzzq", "prm.step_tag 'zzzq' is not one token of "),
+        ("scale=1.0 actor_rollout_ref.rollout.multi_turn.enable=true",
+         "with actor_rollout_ref.rollout.multi_turn.enable=true: the response holds tool replies"),
     ],
 )
 def test_preflight_refuses_prm_knobs_that_cannot_work(tiny_model_dir, prm_tokenizer_dir, knob, message):
@@ -210,7 +212,8 @@ def test_preflight_refuses_prm_knobs_that_cannot_work(tiny_model_dir, prm_tokeni
                  *prm_knobs("http://127.0.0.1:9", prm_tokenizer_dir)]
     key = knob.split("=")[0]
     overrides = [o for o in overrides if not o.startswith(f"+reward.reward_kwargs.bot.prm.{key}=")]
-    config = compose_verl_config([*overrides, f"+reward.reward_kwargs.bot.prm.{knob}"])
+    knob, *more = knob.split(" ")
+    config = compose_verl_config([*overrides, f"+reward.reward_kwargs.bot.prm.{knob}", *more])
     with pytest.raises(VerlBotConfigError, match=re.escape(message)):
         check_config(config)
 

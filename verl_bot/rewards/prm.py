@@ -155,8 +155,9 @@ def tag_problem(settings: dict, tokenizer: Any) -> str | None:
 def prm_problem(config: Any, token_level: bool) -> str | None:
     """The start-up check of the `prm` knobs (`verl_bot.preflight`): one line, or None.
 
-    A bad knob; a PRM with one reward per response (`token_level` false: S would go nowhere); a step tag
-    that is not one token of the PRM's tokenizer, when that tokenizer loads here.
+    A bad knob; a PRM with one reward per response (`token_level` false: S would go nowhere); a PRM in a
+    multi-turn run (the response holds tool replies, which the PRM would read as steps of the solution); a step
+    tag that is not one token of the PRM's tokenizer, when that tokenizer loads here.
     """
     try:
         settings = prm_settings(config)
@@ -169,6 +170,13 @@ def prm_problem(config: Any, token_level: bool) -> str | None:
             "a PRM (reward.reward_kwargs.bot.prm.url) with one reward per response (token_level=false): the PRM's step "
             "scores are the local signal S, which only the token-level estimators (bot, pure, pass) read; drop "
             "the prm knobs or use one of those"
+        )
+    rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
+    if (rollout.get("multi_turn") or {}).get("enable", False):
+        return (
+            "a PRM (reward.reward_kwargs.bot.prm.url) with actor_rollout_ref.rollout.multi_turn.enable=true: the "
+            "response holds tool replies, which a step PRM would read as steps of the solution; give multi-turn "
+            "runs their S through the scorer's turn values or spans"
         )
     try:
         tokenizer = load_tokenizer(settings["tokenizer"])
