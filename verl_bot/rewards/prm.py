@@ -47,6 +47,7 @@ from typing import Any
 
 from reward_servers.common.think import split_think
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.rewards.turns import multi_turn_enabled
 
 ROUTER = "router"
 ROUTER_NEEDS_RM = "prm.url=router needs reward.reward_model.enable=true, or an http:// URL"
@@ -171,8 +172,7 @@ def prm_problem(config: Any, token_level: bool) -> str | None:
             "scores are the local signal S, which only the token-level estimators (bot, pure, pass) read; drop "
             "the prm knobs or use one of those"
         )
-    rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
-    if (rollout.get("multi_turn") or {}).get("enable", False):
+    if multi_turn_enabled(config):
         return (
             "a PRM (reward.reward_kwargs.bot.prm.url) with actor_rollout_ref.rollout.multi_turn.enable=true: the "
             "response holds tool replies, which a step PRM would read as steps of the solution; give multi-turn "

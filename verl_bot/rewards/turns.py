@@ -15,7 +15,8 @@ turn before it (a context run before any assistant token to turn 0).
 - `rollout_mask`, `multi_turn_info`: the mask and verl's multi-turn fields out of what the reward worker gets;
 - `with_turn_values`: S^span + S^turn and the `local_on_context` metric; `unused_turns`: the metric of turn
   values dropped with one reward per response;
-- `multi_turn_problem`: the start-up refusal of `pure` (blank-line steps) with `multi_turn.enable=true`.
+- `multi_turn_enabled`, `multi_turn_problem`: a multi-turn run, and the start-up refusal of `pure` (blank-line
+  steps) in one.
 
 Pure functions (numpy, no verl): `verl_bot.rewards.manager` calls them with the response mask that the hook
 `verl_bot.hooks.response_mask` carries to the reward worker.
@@ -137,14 +138,19 @@ def multi_turn_info(fields: dict | None, num_turns: int | None) -> dict:
     return {"num_turns": int(num_turns) if num_turns is not None else None, **info}
 
 
+def multi_turn_enabled(config) -> bool:
+    """True for a multi-turn run (`actor_rollout_ref.rollout.multi_turn.enable=true`: responses hold tool replies)."""
+    rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
+    return bool((rollout.get("multi_turn") or {}).get("enable", False))
+
+
 def multi_turn_problem(config, estimator: str) -> str | None:
     """The start-up refusal of an estimator that reads blank-line steps (`step_end`: pure) in a multi-turn run
-    (`actor_rollout_ref.rollout.multi_turn.enable=true`): tool replies hold blank lines too; else None."""
+    (`multi_turn_enabled`): tool replies hold blank lines too; else None."""
     from verl_bot.advantage import estimator_spec
 
-    rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
     spec = estimator_spec(estimator)
-    if not (rollout.get("multi_turn") or {}).get("enable", False) or spec is None or "step_end" not in spec.streams:
+    if not multi_turn_enabled(config) or spec is None or "step_end" not in spec.streams:
         return None
     return (f"adv_estimator={estimator}: blank-line steps also occur in tool responses; not supported with "
             "multi_turn.enable=true")
@@ -177,7 +183,6 @@ def with_turn_values(span_local: np.ndarray, turns: Sequence[dict], mask: np.nda
     if not has_context(mask):
         return total, {}
     return total, {LOCAL_ON_CONTEXT_KEY: float(np.any(np.asarray(span_local)[mask == 0] != 0))}
-
 
 
 def unused_turns(turns: Sequence[dict]) -> dict:
