@@ -47,6 +47,7 @@ from typing import Any
 
 from reward_servers.common.think import split_think
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.rewards.http import LoopSession, RetriesExhausted, retried
 from verl_bot.rewards.turns import multi_turn_enabled
 
 ROUTER = "router"
@@ -381,8 +382,7 @@ class PrmClient:
             raise PrmNotAStepModel(tag_problem(settings, tokenizer))
         self.max_length = settings["max_length"] or default_max_length(settings["tokenizer"], tokenizer)
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
-        self._session = None
-        self._session_loop = None
+        self._session = LoopSession(timeout_s)
 
     @classmethod
     def from_settings(cls, settings: dict, reward_router_address: str | None, reward_model_tokenizer: Any,
@@ -441,27 +441,16 @@ class PrmClient:
 
     async def _rows(self, payload: dict) -> Any:
         """`data[0].data` of the server's answer, with retries for transient faults."""
-        errors = []
-        for attempt in range(self.retries + 1):
-            try:
-                answer = await self._post(payload)
-                return answer["data"][0]["data"]
-            except PrmNotAStepModel:
-                raise
-            except Exception as exc:  # noqa: BLE001 - every other failure is retried, then PrmUnavailable
-                errors.append(f"{type(exc).__name__}: {exc}")
-            if attempt < self.retries:
-                await asyncio.sleep(self.backoff_s * 2**attempt)
-        raise PrmUnavailable(f"prm {self.url}: " + "; ".join(errors))
+        async def attempt(_: int) -> Any:
+            return (await self._post(payload))["data"][0]["data"]
+
+        try:  # every failure but a server that is not a step PRM is retried, then PrmUnavailable
+            return await retried(attempt, self.retries, self.backoff_s, fatal=PrmNotAStepModel)
+        except RetriesExhausted as exc:
+            raise PrmUnavailable(f"prm {self.url}: {exc}") from None
 
     async def _post(self, payload: dict) -> Any:
-        import aiohttp
-
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
-            self._session_loop = loop
-        async with self._session.post(self.url, json=payload) as resp:
+        async with self._session.get().post(self.url, json=payload) as resp:
             if resp.status in (400, 404):
                 body = " ".join((await resp.text())[:200].split())
                 raise PrmNotAStepModel(

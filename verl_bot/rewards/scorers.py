@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.rewards.http import LoopSession, RetriesExhausted, retried
 from verl_bot.rewards.noise import LocalNoise
 from verl_bot.rewards.toy import toy_calc, toy_lint, toy_math
 
@@ -110,8 +111,7 @@ class HttpScorer:
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
-        self._session = None
-        self._session_loop = None
+        self._session = LoopSession(timeout_s, headers=_auth_headers)
 
     def _url(self, start: int, attempt: int) -> str:
         """Round-robin over items, and each retry of an item on the next URL: with two URLs and a retry, an item
@@ -119,16 +119,7 @@ class HttpScorer:
         return self.urls[(start + attempt) % len(self.urls)]
 
     async def _post(self, url: str, payload: dict) -> dict:
-        import aiohttp
-
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            # a session belongs to the event loop it was made in: a new loop (a caller's new asyncio.run) gets its own
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers=_auth_headers()
-            )
-            self._session_loop = loop
-        async with self._session.post(f"{url}/score", json=payload) as resp:
+        async with self._session.get().post(f"{url}/score", json=payload) as resp:
             if resp.status in (401, 403):
                 raise _refused(url, resp.status)
             if resp.status != 200:
@@ -154,23 +145,21 @@ class HttpScorer:
                     raise _refused(url, status)
 
     async def score(self, item: dict) -> dict:
-        errors = []
         start = next(self._starts)
-        for attempt in range(self.retries + 1):
-            url = self._url(start, attempt)
-            try:
-                answer = await self._post(url, {"items": [item]})
-                items = answer.get("items") if isinstance(answer, dict) else None
-                if not isinstance(items, list) or len(items) != 1:
-                    raise ScorerError(f"{url}/score returned {str(answer)[:200]!r}, expected one item")
-                return items[0]
-            except ScorerRefused:
-                raise
-            except Exception as exc:  # noqa: BLE001 - every failure is retried, then reported as ScorerError
-                errors.append(f"{url}: {type(exc).__name__}: {exc}")
-            if attempt < self.retries:
-                await asyncio.sleep(self.backoff_s * 2**attempt)
-        raise ScorerError("; ".join(errors))
+
+        async def attempt(k: int) -> dict:
+            url = self._url(start, k)
+            answer = await self._post(url, {"items": [item]})
+            items = answer.get("items") if isinstance(answer, dict) else None
+            if not isinstance(items, list) or len(items) != 1:
+                raise ScorerError(f"{url}/score returned {str(answer)[:200]!r}, expected one item")
+            return items[0]
+
+        try:  # every failure but refused credentials is retried, then reported as ScorerError
+            return await retried(attempt, self.retries, self.backoff_s, fatal=ScorerRefused,
+                                 label=lambda k: f"{self._url(start, k)}: ")
+        except RetriesExhausted as exc:
+            raise ScorerError(str(exc)) from None
 
 
 def _load_function(path: str) -> Callable[..., Any]:
