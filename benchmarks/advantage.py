@@ -7,7 +7,7 @@ Batch: rows x tokens float32 token rewards, groups of `--group` rollouts,
 response lengths uniform in [1, tokens], and the response mask in every dtype
 of `--dtypes`. verl 0.9.1's v1 trainer passes an int64 mask: its agent loop
 stores `response_mask` as int64 (`AgentLoopOutput.as_dict`) and TransferQueue
-gives it back as such (tests/test_cpu_e2e.py checks it at the estimator, for
+gives it back as such (tests/e2e/test_cpu_e2e.py checks it at the estimator, for
 `bot` and for verl's `grpo`); float32 and bool are the dtypes other callers
 pass, and each estimator has its own fastest one (verl's `grpo_vectorized`
 multiplies by the mask, slow for int64 and bool). So every estimator runs on
@@ -84,7 +84,7 @@ def _estimator(name: str):
     import verl  # noqa: F401 - loads the verl-bot plugin through its entry point
     from verl.trainer.ppo import core_algos
 
-    from verl_bot.context import BatchContext, use_context
+    from verl_bot.credit.context import BatchContext, use_context
 
     fn = core_algos.get_adv_estimator_fn("bot" if name in BOT_PATHS else name)
 

@@ -38,8 +38,8 @@ verl_bot.plugin.register()
 from verl.trainer.ppo import core_algos
 from verl.utils.groupwise import as_torch_index
 from verl_bot.advantage import pass_, vps
-from verl_bot.context import current
-from verl_bot.streams import active_streams, response_value
+from verl_bot.credit.context import current
+from verl_bot.credit.streams import active_streams, response_value
 
 _estimator = core_algos.get_adv_estimator_fn(os.environ["VB_STUDY_ALGO"])
 

@@ -1,4 +1,4 @@
-"""Benchmark: what the token-credit panel adds to a logged training step (verl_bot/hooks/tracker_panel.py).
+"""Benchmark: what the token-credit panel adds to a logged training step (verl_bot/hooks/v1/tracker_panel.py).
 
     .venv/bin/python benchmarks/token_panel.py [--rows 256] [--group 8] [--tokens 4096] [--prompt 512]
                                                [--repeats 5]
@@ -43,7 +43,8 @@ BOT = ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot", "+reward
 
 
 def start_transfer_queue(temp: str):
-    """Ray in this process and TransferQueue on it, with verl's config (as tests/test_transfer_queue_hooks.py)."""
+    """Ray in this process and TransferQueue on it, with verl's config (as
+    tests/component/test_transfer_queue_hooks.py)."""
     import ray
     import transfer_queue
     from omegaconf import OmegaConf
@@ -100,13 +101,13 @@ def make_trainer(tokenizer, trackers):
 
 def panel_sizes(tq, trainer, batch, settings) -> tuple[int, int]:
     """Bytes of the HTML and of the Markdown panel of `batch` at `settings`."""
-    from verl_bot import tracking
-    from verl_bot.hooks import tracker_panel
+    from verl_bot.hooks.v1 import tracker_panel
+    from verl_bot.observe import panels
 
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "prompts"])
     records = tracker_panel.panel_records(trainer, batch, data, [False] * len(batch.keys), settings.rollouts)
     return tuple(len(build(1, "bot", records, settings.tokens).encode())
-                 for build in (tracking.panel_html, tracking.panel_markdown))
+                 for build in (panels.panel_html, panels.panel_markdown))
 
 
 def timed(fn) -> tuple[float, float]:
@@ -129,9 +130,9 @@ def main(argv=None) -> int:
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from verl.utils.tracking import Tracking
 
-    from verl_bot import tracking
     from verl_bot.cpu.tiny_model import build_tokenizer
-    from verl_bot.hooks import tracker_panel
+    from verl_bot.hooks.v1 import tracker_panel
+    from verl_bot.observe import panels
 
     logging.getLogger("transfer_queue").setLevel(logging.ERROR)  # one warning per call about this machine's cores
     temp = tempfile.mkdtemp(prefix="vbpanel", dir="/tmp")
@@ -146,7 +147,7 @@ def main(argv=None) -> int:
             "quarter": put_step(tq, "q", max(args.rows // 4, args.group), args.group, args.tokens, args.prompt,
                                 len(tokenizer), seed=1)}
     steps = {size: batch for size, (batch, _) in made.items()}
-    knobs = {"defaults": tracking.PanelSettings(), "4x": tracking.PanelSettings(rollouts=16, tokens=1024)}
+    knobs = {"defaults": panels.PanelSettings(), "4x": panels.PanelSettings(rollouts=16, tokens=1024)}
     step = [0]
 
     def baseline(batch):

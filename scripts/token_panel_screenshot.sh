@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # docs/token_panel.png, docs/token_panel_tensorboard.png, docs/token_panel_histograms.png: what a verl-bot run sends
-# to its experiment trackers (verl_bot/hooks/tracker_panel.py), made from the committed token records of step 20 of
-# a `make demo` run (tests/fixtures/token_report/bot/, the records tests/test_token_report.py renders) at the
+# to its experiment trackers (verl_bot/hooks/v1/tracker_panel.py), made from the committed token records of step 20 of
+# a `make demo` run (tests/fixtures/token_report/bot/, the records tests/component/test_token_report.py renders) at the
 # knobs' defaults (4 rollouts, up to 256 tokens each): the HTML panel as wandb shows it in its media panel, and
 # TensorBoard's own pages (a local `tensorboard` server on the event file the hook's sender writes: the text
 # dashboard with the Markdown panel, the histograms of r_t, S_t and A_t), all rendered by Debian's Chromium,
@@ -29,22 +29,22 @@ from pathlib import Path
 import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
-from verl_bot import tracking
-from verl_bot.hooks.tracker_panel import send_tensorboard
-from verl_bot.token_records import read_records
+from verl_bot.observe import panels
+from verl_bot.hooks.v1.tracker_panel import send_tensorboard
+from verl_bot.observe.token_records import read_records
 
 out = Path(sys.argv[1])
 records = read_records(Path("tests/fixtures/token_report/bot/token_records/step_20.jsonl"))
-settings = tracking.PanelSettings()
+settings = panels.PanelSettings()
 panel = records[: settings.rollouts]  # the records are sorted as the panel chooses: the smallest prompts first
-(out / "panel.html").write_text(tracking.panel_html(20, "bot", panel, settings.tokens), encoding="utf-8")
+(out / "panel.html").write_text(panels.panel_html(20, "bot", panel, settings.tokens), encoding="utf-8")
 rewards = np.array([x for r in records for x in r["rewards"]])
 values = {"rewards": rewards, "advantages": np.array([x for r in records for x in r["advantages"]]),
-          "local": tracking.local_signal(rewards, np.array([r["info"]["score"] for r in records]),
+          "local": panels.local_signal(rewards, np.array([r["info"]["score"] for r in records]),
                                          np.array([len(r["rewards"]) for r in records]), 1.0, 0.5)}
 writer = SummaryWriter(str(out / "tensorboard"))
-send_tensorboard(writer, 20, tracking.panel_markdown(20, "bot", panel, settings.tokens),
-                 tracking.step_histograms(values))
+send_tensorboard(writer, 20, panels.panel_markdown(20, "bot", panel, settings.tokens),
+                 panels.step_histograms(values))
 writer.close()
 EOF
 shot() {  # shot URL PNG WIDTH HEIGHT

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # docs/token_report.png: the token-credit report (tokens.html) of the committed token records of a `make demo`
-# run (tests/fixtures/token_report/, the records tests/test_token_report.py renders), built by the report command
+# run (tests/fixtures/token_report/, the records tests/component/test_token_report.py renders), built by the report command
 # and rendered by Debian's Chromium, headless; cropped to the token credit (the page's top is the reward plot).
 set -euo pipefail
 cd "$(dirname "$0")/.."

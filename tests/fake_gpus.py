@@ -1,7 +1,7 @@
 """A fake `nvidia-smi` for the node plan's tests: the GPUs (and the processes on them) a JSON file describes.
 
 `install(bin_dir)` writes the script; each test points `FAKE_GPUS` at a spec written by `write_spec`. It answers
-the recipes' and verl_bot/node_plan.py's queries (`-L`, `--query-gpu=...`, `--query-compute-apps=...`) and fails
+the recipes' and verl_bot/launch/node_plan.py's queries (`-L`, `--query-gpu=...`, `--query-compute-apps=...`) and fails
 on anything else, as a broken driver would.
 """
 

@@ -5,7 +5,7 @@
 so importing a submodule directly (say `verl_bot.advantage.bot`) can never
 re-enter a half-initialised module through verl's plugin loader (and what
 `register()` installs later waits until no verl-bot module is half imported:
-`verl_bot.hooks._on_import`).
+`verl_bot.hooks.on_import`).
 
 Except in the command-line tools that need nothing of verl (`LIGHT_COMMANDS`,
 run as `python -m <module>`): the evaluation CLI, the quiet console of the
@@ -16,7 +16,8 @@ without verl's start-up warnings, and register nothing in verl (they never train
 import sys
 
 __version__ = "0.1.0"
-LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.smoke", "verl_bot.node_plan", "verl_bot.families")
+LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.launch.smoke", "verl_bot.launch.node_plan",
+"verl_bot.launch.families")
 
 
 def _light_command() -> bool:

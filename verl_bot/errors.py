@@ -6,7 +6,7 @@ run before its first training step, with its own message as the last error a
 user sees. verl 0.9.1 swallows exceptions raised in the reward path (its agent
 loop tags the group "failure" and trains on without it), so the reward path
 does not raise them: it returns a zero reward whose `reward_extra_info` carries
-`FATAL_KEY` = the message, and `verl_bot.hooks.replay_buffer` raises
+`FATAL_KEY` = the message, and `verl_bot.hooks.v1.replay_buffer` raises
 `VerlBotConfigError` as soon as a sampled trajectory carries the marker,
 before log-probs, advantages or the update. `verl_bot.hooks.driver` makes
 that message the last line the driver prints.
@@ -23,3 +23,7 @@ class VerlBotConfigError(ValueError):
 
 class RolloutEngineError(RuntimeError):
     """The rollout engine (verl's vLLM server or its workers) failed: the run must stop, naming the cause."""
+
+
+class VerlApiMismatch(RuntimeError):
+    """verl's installed version or API is not the one verl-bot was written against."""

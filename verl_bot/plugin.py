@@ -4,18 +4,18 @@ verl 0.9.1 imports every `verl.plugins` entry point in every process that
 imports `verl` (driver, TaskRunner, Ray workers, vLLM servers, scripts) and
 logs a failure only at DEBUG level. `register()` (idempotent):
 
-1. checks verl's version (`verl_bot.compat`);
+1. checks verl's version (`verl_bot.hooks.compat`);
 2. registers the CPU backend, only when it is selected (`VERL_PLATFORM=cpu`);
 3. schedules verl-bot's registry entries and hooks (`verl_bot.hooks.install`),
    each for when verl imports the module it changes; so `import verl` imports
    nothing heavy of verl's on verl-bot's account.
 
-It is one transaction (`verl_bot.hooks._ledger`): whatever fails, now or at a
+It is one transaction (`verl_bot.hooks.transaction`): whatever fails, now or at a
 later import, undoes every change and logs one ERROR line saying what is
 unavailable and why; verl then runs as it would without verl-bot. Nothing is
 logged otherwise: the one INFO line of a run that uses verl-bot comes from its
 driver (`verl_bot.hooks.validate_config`). Every hook passes through to verl
-for a run that does not use verl-bot (`verl_bot.usage`).
+for a run that does not use verl-bot (`verl_bot.launch.activation`).
 
 verl-bot logs to the `verl_bot` logger, which propagates to the root logger
 (verl's format) and has no handler of its own. Its level: `VERL_BOT_LOG_LEVEL`,
@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 import os
 
-from verl_bot.compat import VerlApiMismatch, check_verl_version
-from verl_bot.hooks._ledger import LEDGER, Ledger
+from verl_bot.hooks.compat import VerlApiMismatch, check_verl_version
+from verl_bot.hooks.transaction import LEDGER, Ledger
 
 logger = logging.getLogger("verl_bot")
 LEVEL_ENVS = ("VERL_BOT_LOG_LEVEL", "VERL_LOGGING_LEVEL")

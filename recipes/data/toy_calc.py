@@ -3,7 +3,7 @@
 toy_math's problems ("Compute 3+4-2.", `verl_bot.cpu.toy_math`) for a model that has a calculator tool
 (`verl_bot.cpu.toy_calc`, `verl_bot/cpu/calc_tool.py`) and answers in two turns, run through verl's `ToolAgentLoop`
 (`actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent`, `multi_turn.enable=true`) and scored per turn by
-`verl_bot.rewards.toy.toy_calc`. Rows follow verl's preprocessors: `data_source`, `prompt` (chat list), `ability`,
+`verl_bot.rewards.builtin.toy_calc`. Rows follow verl's preprocessors: `data_source`, `prompt` (chat list), `ability`,
 `reward_model` {style, ground_truth (the answer as a string)}, `extra_info` (`expression`: the chain the tool
 should be called with). Train and test problems come from different seeds.
 

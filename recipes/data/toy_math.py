@@ -2,7 +2,7 @@
 
 The task has the shape of the AIME one (a ground-truth answer, `<step i>` steps and a `<final>` answer, a step
 judge with error propagation) on problems a tiny model can learn on a CPU: integer arithmetic chains of single
-digits such as "Compute 3+4-2." (`verl_bot.cpu.toy_math`), scored by `verl_bot.rewards.toy.toy_math`. Rows
+digits such as "Compute 3+4-2." (`verl_bot.cpu.toy_math`), scored by `verl_bot.rewards.builtin.toy_math`. Rows
 follow verl's preprocessors: `data_source`, `prompt` (chat list), `ability`, `reward_model` {style,
 ground_truth (the answer as a string)}, `extra_info`. Train and test problems come from different seeds.
 

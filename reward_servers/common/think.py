@@ -2,7 +2,7 @@
 
 Reasoning models (Phi-4-mini-reasoning, SmolLM3 in thinking mode, Qwen3, DeepSeek-R1) write
 ``<think> ... </think>`` before their answer. The reward servers score only the answer after it, and GRPO-VPS
-(``verl_bot.probing``) looks for the answer marker only there. Rules (exact, lower-case tags, as the models'
+(``verl_bot.vps.probing``) looks for the answer marker only there. Rules (exact, lower-case tags, as the models'
 tokenizers write them):
 
 - ``</think>`` anywhere: the think block is everything up to the end of its FIRST occurrence (as vLLM's

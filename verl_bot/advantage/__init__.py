@@ -2,7 +2,7 @@
 registry by `verl_bot.hooks.registries`).
 
 `ESTIMATORS` says, per estimator, what it reads besides verl's registry arguments:
-`streams` (named reward streams of the `bot` manager, `verl_bot.streams`), `fields`
+`streams` (named reward streams of the `bot` manager, `verl_bot.credit.streams`), `fields`
 (other fields of the trajectories, e.g. the response ids, which the trainer hook
 reads from TransferQueue into the batch context's `tensors`) and
 `token_level` (it reads the dense per-token rewards of the `bot` manager, so a

@@ -51,8 +51,8 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
-from verl_bot.advantage.common import group_sum, last_token_index, raise_for_rows
-from verl_bot.context import current, report_metrics
+from verl_bot.advantage.groups import group_sum, last_token_index, raise_for_rows
+from verl_bot.credit.context import current, report_metrics
 from verl_bot.errors import VerlBotConfigError
 
 DEFAULT_EPSILON = 1e-6
@@ -409,7 +409,7 @@ def bot_options(config: Any) -> dict[str, Any]:
 
     Keys: `bot_epsilon`, `bot_length_weighting`, `bot_std_floor` (set with `+algorithm.<key>=...`) and
     verl's own `norm_adv_by_std_in_grpo`. Raises VerlBotConfigError (a ValueError) naming the key for a value of
-    the wrong kind (also at start-up: `verl_bot.preflight`).
+    the wrong kind (also at start-up: `verl_bot.launch.preflight`).
     """
     get = config.get if config is not None else (lambda key, default=None: default)
     length_weighting = get("bot_length_weighting", True)
@@ -474,8 +474,8 @@ def compute_bot_advantage(
     arguments from verl are accepted and ignored.
 
     In verl's trainer it reports `bot/adv_abs_max`, `bot/tied_group_share` and `bot/rollouts_per_group`
-    (`bot_diagnostics`) to the step's metrics (`verl_bot.context`). There, the rows of a multi-output agent
-    loop's sample (the context's `sessions`, set by `verl_bot.hooks.multi_trajectory`) are one rollout.
+    (`bot_diagnostics`) to the step's metrics (`verl_bot.credit.context`). There, the rows of a multi-output agent
+    loop's sample (the context's `sessions`, set by `verl_bot.hooks.v1.multi_trajectory`) are one rollout.
 
     Args:
         token_level_rewards: (B, T). response_mask: (B, T). index: (B,) uids.

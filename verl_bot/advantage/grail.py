@@ -24,7 +24,7 @@ codes, the weight function, and the saliency of a causal LM (plain torch,
 any `transformers` CausalLM, FSDP2-sharded or not). The estimator registered
 as `algorithm.adv_estimator=grail` is verl's GRPO; the weights are applied
 inside verl's actor update by `verl_bot.hooks.engine_forward_step` (worker)
-with span codes and knobs from `verl_bot.hooks.update_actor` (trainer).
+with span codes and knobs from `verl_bot.hooks.v1.update_actor` (trainer).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def span_codes(char_spans: np.ndarray, span: AnswerSpan | None) -> np.ndarray:
     """Per-token span codes from each token's `[start, end)` character span.
 
     Args:
-        char_spans: (n, 2) int character span of each token (`verl_bot.rewards.spans.token_char_spans`).
+        char_spans: (n, 2) int character span of each token (`verl_bot.credit.spans.token_char_spans`).
         span: the answer's character span, or None.
 
     Returns:

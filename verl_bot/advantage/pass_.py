@@ -58,10 +58,10 @@ import torch
 from verl.utils.groupwise import as_torch_index
 
 from verl_bot.advantage.bot import BotStats, bot_advantage_and_stats
-from verl_bot.advantage.common import group_sum, raise_for_rows
-from verl_bot.context import report_metrics
+from verl_bot.advantage.groups import group_sum, raise_for_rows
+from verl_bot.credit.context import report_metrics
+from verl_bot.credit.streams import active_streams, response_value
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.streams import active_streams, response_value
 
 STREAMS = ("local", "outcome", "format")
 DENSITIES = ("suffix", "sequence", "chunk")
@@ -115,7 +115,7 @@ def pass_settings(algorithm: Mapping[str, Any] | None) -> PassSettings:
 
     `pass_op` defaults to `grpo`, or `drgrpo` when `algorithm.norm_adv_by_std_in_grpo=false`. Raises
     VerlBotConfigError (a ValueError) naming the key for a bad value or an unknown `pass_*` key (also at
-    start-up: `verl_bot.preflight`).
+    start-up: `verl_bot.launch.preflight`).
     """
     algorithm = algorithm if algorithm is not None else {}
     defaults = PassSettings()
@@ -393,7 +393,7 @@ def compute_pass_advantage(
     """verl adapter for `pass_advantage` (registered as `algorithm.adv_estimator=pass`).
 
     Reads the reward streams `local` (process signal), `outcome` and `format` (one value per response,
-    `verl_bot.streams.response_value`) of `verl_bot.streams` instead of `token_level_rewards`, the knobs
+    `verl_bot.credit.streams.response_value`) of `verl_bot.credit.streams` instead of `token_level_rewards`, the knobs
     `pass_*` of the `algorithm` config (`pass_settings`), and reports `pass_metrics` with the step's metrics.
 
     Args:

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
-from verl_bot.advantage.common import group_sum, last_token_index, raise_for_rows
-from verl_bot.streams import active_streams, response_value
+from verl_bot.advantage.groups import group_sum, last_token_index, raise_for_rows
+from verl_bot.credit.streams import active_streams, response_value
 
 DEFAULT_TEMPERATURE = 0.1
 STREAMS = ("local", "step_end", "outcome")
@@ -142,7 +142,7 @@ def compute_pure_advantage(
     """verl adapter for `pure_advantage` (registered as `algorithm.adv_estimator=pure`).
 
     Reads the reward streams `local`, `step_end`, `outcome` (one value per response:
-    `verl_bot.streams.response_value`) (`verl_bot.streams`) instead of
+    `verl_bot.credit.streams.response_value`) (`verl_bot.credit.streams`) instead of
     `token_level_rewards`, and from the `algorithm` config `pure_temperature` (0.1),
     `pure_outcome_coef` (1.0) and `pure_step_scale` (1.0) (set with `+algorithm.pure_temperature=...`).
 

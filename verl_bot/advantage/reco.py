@@ -31,7 +31,7 @@ the responses are equally likely, `model` when none repeats.
 A group of one rollout gets w = 1; rows without tokens get w = 1 and take no part
 in their group. All sums run in log space: never inf or NaN. The old log-probs and
 the response ids are not among verl's registry arguments: the batch context
-(`verl_bot.context`, filled by the trainer hooks) carries them. A positive
+(`verl_bot.credit.context`, filled by the trainer hooks) carries them. A positive
 per-response weight commutes with PPO's clip, so folding it into A is exact for
 verl's vanilla (dual-clip) loss.
 """
@@ -45,8 +45,8 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
-from verl_bot.advantage.common import group_sum, raise_for_rows
-from verl_bot.context import current, report_metrics
+from verl_bot.advantage.groups import group_sum, raise_for_rows
+from verl_bot.credit.context import current, report_metrics
 from verl_bot.errors import VerlBotConfigError
 
 DEFAULT_W_MAX = 5.0
@@ -67,7 +67,7 @@ def reco_options(algorithm: Any) -> dict[str, Any]:
     """The keyword arguments of `reco_weights` from verl's `algorithm` config (None: the defaults).
 
     Keys: `reco_w_max` (5.0) and `reco_occurrence` ("count_model"), set with `+algorithm.<key>=...`. Raises
-    VerlBotConfigError (a ValueError) naming the key for a bad value (also at start-up: `verl_bot.preflight`).
+    VerlBotConfigError (a ValueError) naming the key for a bad value (also at start-up: `verl_bot.launch.preflight`).
     """
     get = algorithm.get if algorithm is not None else (lambda key, default=None: default)
     w_max, occurrence = get("reco_w_max", DEFAULT_W_MAX), get("reco_occurrence", OCCURRENCES[0])
@@ -197,7 +197,7 @@ def compute_reco_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl adapter (registered as `algorithm.adv_estimator=reco`): verl's `grpo` advantage times ReCo's weights.
 
-    Reads `old_log_probs` and `responses` from the batch context (`verl_bot.context.current().tensors`), and
+    Reads `old_log_probs` and `responses` from the batch context (`verl_bot.credit.context.current().tensors`), and
     from the `algorithm` config `reco_w_max` (5.0), `reco_occurrence` ("count_model") and verl's own
     `norm_adv_by_std_in_grpo` (set with `+algorithm.reco_w_max=...`). Reports `reco/w_mean`, `reco/w_max`,
     `reco/w_min`, `reco/w_raw_mean`, `reco/w_clipped_share`, `reco/duplicate_share` and

@@ -1,7 +1,7 @@
 """GRPO-VPS: segment-wise progress from the model's belief in the correct answer (arXiv 2604.20659).
 
 Each rollout i is cut into segments k = 0..n_i-1 starting at tokens tau_0 = 0 < tau_1 < ... (cuts at
-high-surprisal tokens, chosen by the agent loop: `verl_bot.probing`). At each cut the rollout server scores the
+high-surprisal tokens, chosen by the agent loop: `verl_bot.vps.probing`). At each cut the rollout server scores the
 correct answer a* appended after the prefix (teacher forcing, no sampling):
 
     b_{i,k}   = log p(a* | x, y_{<tau_k}, template)               probe log-prob, stop-gradient
@@ -34,8 +34,8 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
-from verl_bot.advantage.common import group_sum, raise_for_rows
-from verl_bot.context import current, report_metrics
+from verl_bot.advantage.groups import group_sum, raise_for_rows
+from verl_bot.credit.context import current, report_metrics
 from verl_bot.errors import VerlBotConfigError
 
 PROBE_FIELD = "verl_bot_vps"
@@ -69,7 +69,7 @@ class VPSSettings:
         """The knobs from verl's `algorithm` config (`vps_*` keys; None: the defaults).
 
         Raises VerlBotConfigError (a ValueError) naming the key for a value of the wrong kind or out of range and
-        for an unknown `vps_*` key (also at start-up: `verl_bot.preflight`).
+        for an unknown `vps_*` key (also at start-up: `verl_bot.launch.preflight`).
         """
         config = config if config is not None else {}
         known = {f.name: f for f in fields(cls)}
@@ -353,7 +353,7 @@ def compute_vps_advantage(
 
     The trajectory advantage is verl's own `grpo` estimator (its registry entry, with
     `algorithm.norm_adv_by_std_in_grpo`), so alpha = 0 is exactly GRPO. The probe results are each row's
-    `extra_fields[PROBE_FIELD]` in the batch context (`verl_bot.context`); knobs: `VPSSettings`.
+    `extra_fields[PROBE_FIELD]` in the batch context (`verl_bot.credit.context`); knobs: `VPSSettings`.
 
     Args:
         token_level_rewards: (B, T). response_mask: (B, T). index: (B,) uids.

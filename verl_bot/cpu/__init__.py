@@ -11,7 +11,7 @@ CPU platform is selected explicitly:
 `register_cpu_backend()` returns `[]` and touches nothing, so on a GPU
 machine (or any run that does not ask for the CPU) verl behaves exactly as
 if verl-bot's CPU backend were not installed
-(tests/test_cpu_backend.py::test_inert_when_not_selected).
+(tests/component/test_cpu_backend.py::test_inert_when_not_selected).
 The variable is inherited by every Ray worker of a local cluster, and verl
 imports the plugin in every process, so each process registers the same.
 
@@ -72,8 +72,8 @@ import os
 import warnings
 from pathlib import Path
 
-from verl_bot.compat import SUPPORTED_VERL
-from verl_bot.hooks._ledger import LEDGER
+from verl_bot.hooks.compat import SUPPORTED_VERL
+from verl_bot.hooks.transaction import LEDGER
 
 logger = logging.getLogger("verl_bot")
 

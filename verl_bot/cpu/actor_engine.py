@@ -1,7 +1,7 @@
 """verl's actor training engine in this process, built the way verl's worker builds it, and batches in its layout.
 
 For tests and benchmarks that drive verl 0.9.1's real `FSDPEngineWithLMHead` (FSDP2, gloo) without Ray
-or the trainer: `tests/test_grail_engine.py`, `benchmarks/grail_update.py`. Needs the CPU backend
+or the trainer: `tests/component/test_grail_engine.py`, `benchmarks/grail_update.py`. Needs the CPU backend
 selected (`VERL_PLATFORM=cpu` before verl is imported) on a machine without a GPU.
 
     init_process_group(port)                      # one rank, gloo

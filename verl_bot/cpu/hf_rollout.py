@@ -72,7 +72,7 @@ class ChatTemplateMissing(ValueError):
 def check_chat_template(model_config: Any) -> None:
     """Raise `ChatTemplateMissing` unless the tokenizer (or `custom_chat_template`) gives a chat template.
 
-    verl's driver has refused a local tokenizer folder without one already (`verl_bot.preflight`, from its files,
+    verl's driver has refused a local tokenizer folder without one already (`verl_bot.launch.preflight`, from its files,
     before Ray starts); this asks the loaded tokenizer, for what that check leaves to verl (a hub id, an hdfs://
     path) and for the server's own users, with the same message."""
     if model_config.get("custom_chat_template", None):
@@ -87,7 +87,9 @@ def check_chat_template(model_config: Any) -> None:
         tokenizer = hf_tokenizer(copy_to_local(path), trust_remote_code=trust)
     if getattr(tokenizer, "chat_template", None):
         return
-    from verl_bot.preflight import chat_template_message  # on this failure path only: the driver's checks import a lot
+    from verl_bot.launch.preflight import (
+        chat_template_message,  # on this failure path only: the driver's checks import a lot
+    )
 
     raise ChatTemplateMissing(
         f"verl-bot hf rollout: {chat_template_message(path)} (a ChatML one: verl_bot.cpu.tiny_model.CHATML_TEMPLATE)"

@@ -19,7 +19,7 @@ Without it the model and tokenizer are the `toy_lint` ones, unchanged.
 
 A tiny step process reward model (`Qwen2ForProcessRewardModel`) has its own command: `verl_bot.cpu.tiny_prm`.
 
-`--family qwen2|smollm3|phi3`: a tiny model of that family (`verl_bot.families`), as the recipes' CPU smokes run
+`--family qwen2|smollm3|phi3`: a tiny model of that family (`verl_bot.launch.families`), as the recipes' CPU smokes run
 them: its architecture class and the traits that matter (SmolLM3: 4 layers, the last one NoPE; Phi-3/4:
 LongRoPE with distinct short and long factors, partial rotary 0.75, the switch scaled down to
 `LONGROPE_SWITCH` tokens so that the smokes' sequences cross it), its chat template, special tokens and
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reward_servers.common.think import THINK_CLOSE, THINK_OPEN
-from verl_bot.families import BY_RECIPE_TAG, FAMILIES, Family, is_longrope
+from verl_bot.launch.families import BY_RECIPE_TAG, FAMILIES, Family, is_longrope
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -126,7 +126,7 @@ def build_model(
     warm start: `"toy_math"` on that task (`verl_bot.cpu.toy_math.warm_start(**warm_start_kwargs)`; with `prompts`,
     a verl parquet of toy_math problems in another wording, in that wording), `"react"` on the chat prompts of the
     verl parquet `prompts`, answered with components (`verl_bot.cpu.toy_react.warm_start`). `family` (a key of
-    `verl_bot.families.FAMILIES`): that family's architecture, tokenizer, generation config and output style, the
+    `verl_bot.launch.families.FAMILIES`): that family's architecture, tokenizer, generation config and output style, the
     prompts rendered with the recipes' template options; None: the toy tasks' Qwen2 and ChatML."""
     import torch
 
@@ -279,7 +279,8 @@ def main() -> None:
     parser.add_argument("--warm-steps", type=int, default=None, help="warm-start optimizer steps (its default)")
     parser.add_argument("--warm-batch", type=int, default=None, help="warm-start batch size (its default)")
     parser.add_argument("--family", choices=sorted(FAMILIES) + sorted(BY_RECIPE_TAG), default=None,
-                        help="a tiny model of this family (verl_bot.families; or a recipe's MODEL_TAG: qwen, smollm, "
+                        help="a tiny model of this family (verl_bot.launch.families; or a recipe's MODEL_TAG: "
+                        "qwen, smollm, "
                         "phi); default: the toy tasks' Qwen2")
     args = parser.parse_args()
     if (Path(args.out_dir) / "verl_bot_tiny.json").exists():

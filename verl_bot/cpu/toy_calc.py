@@ -8,7 +8,7 @@ hermes tool call. A worked rollout (response tokens; `|` marks where the mask sw
     | \\n<|im_start|>tool\\n5<|im_end|>\\n<|im_start|>assistant\\n |                              tool context (mask 0)
     <final>5</final><|im_end|>                                                                turn 1 (mask 1)
 
-It is scored by `verl_bot.rewards.toy.toy_calc` with a value per turn: G = 1[final answer correct], turn 0
+It is scored by `verl_bot.rewards.builtin.toy_calc` with a value per turn: G = 1[final answer correct], turn 0
 +-0.5 (the expression it sent is the problem's), the last turn +-0.5 (its answer is what the tool returned).
 
 `warm_start` gives the tiny model a short supervised pre-training on such chats (`pretrain.supervised_chat`:

@@ -11,7 +11,7 @@ separated by a blank line (where `pure` and the reward streams end a step), then
     <final>5</final>
 
 It is scored like AIME (`reward_servers.math`, Eq. 8, rule-based step judge with error propagation; the
-in-process scorer is `verl_bot.rewards.toy.toy_math`).
+in-process scorer is `verl_bot.rewards.builtin.toy_math`).
 
 The tiny model cannot invent this format from random weights, so `warm_start` gives it a short supervised
 pre-training (deterministic for a seed) on worked solutions in which a share `error_rate` of the steps state a
@@ -134,7 +134,7 @@ def thought(answer: str, rng: random.Random) -> str:
 
 
 def respond(problem: Problem, rng: random.Random, error_rate: float, family=None) -> str:
-    """A worked solution in `family`'s output style (`verl_bot.families.Family`; None: the tagged solution)."""
+    """A worked solution in `family`'s output style (`verl_bot.launch.families.Family`; None: the tagged solution)."""
     answer = solution(problem, rng, error_rate)
     if family is None or not family.thinks:
         return answer
@@ -165,7 +165,8 @@ def warm_start(
     """Supervised pre-training of `model` in place on worked solutions with wrong steps (see the module docstring;
     the loop is `verl_bot.cpu.pretrain.supervised`). Deterministic for `seed` (problems, injected errors, batch
     order and the torch RNG). `prompt_template`: the user message around the problem ("Compute 3+4-2."), e.g.
-    the AIME recipes' instruction (`prompt_template_of`). `family` (`verl_bot.families.Family`), `template_kwargs`,
+    the AIME recipes' instruction (`prompt_template_of`). `family` (`verl_bot.launch.families.Family`),
+    `template_kwargs`,
     `end_token_id`: a family's output style (`respond`), template options and end of turn. Returns a summary
     (final loss, settings)."""
     from verl_bot.cpu.pretrain import loss_summary, supervised

@@ -51,7 +51,8 @@ LONG_THINK_SHARE = 0.15  # think blocks long enough to be cut off at the smokes'
 
 
 def respond(rng: random.Random, family=None) -> str:
-    """A random component, fenced, in `family`'s output style (`verl_bot.families.Family`; None: the fence alone):
+    """A random component, fenced, in `family`'s output style (`verl_bot.launch.families.Family`; None: the fence
+    alone):
     a reasoning family thinks first, sometimes over a fenced draft, sometimes long enough to be cut off."""
     answer = fenced(rng.choice(COMPONENTS))
     if family is None or not family.thinks:

@@ -4,7 +4,7 @@
         --out outputs/cpu_demo/report [--step 20] [--groups 4]
 
 Each run directory holds what a run with `+algorithm.token_report_steps=[...]` writes
-(`verl_bot/token_records.py`): `token_records/step_<N>.jsonl` (or `ckpt/token_records/`, the default
+(`verl_bot/observe/token_records.py`): `token_records/step_<N>.jsonl` (or `ckpt/token_records/`, the default
 folder), plus `metrics.jsonl` from verl's file logger.
 
 - `reward.png`: the mean global score G (`reward/score/mean`) per step of every run.
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from verl_bot.eval.records import EvalError
-from verl_bot.token_records import read_records, recorded_files
+from verl_bot.observe.token_records import read_records, recorded_files
 
 POSITIVE = (33, 102, 172)  # full colour at +scale (blue)
 NEGATIVE = (178, 24, 43)  # full colour at -scale (red)
@@ -137,7 +137,8 @@ def run_records_dir(run_dir: Path) -> Path:
         if recorded_files(folder):
             return folder
     raise EvalError(
-        f"{run_dir}: no token records (train with +algorithm.token_report_steps=[...]; see verl_bot/token_records.py)"
+        f"{run_dir}: no token records (train with +algorithm.token_report_steps=[...]; "
+        "see verl_bot/observe/token_records.py)"
     )
 
 

@@ -1,18 +1,20 @@
 """Every touch point of verl-bot with verl 0.9.1's internals, one module per wrapped verl method.
 
 A verl upgrade means reading this folder. Each module wraps one method or
-module function of verl (looked up and signature-checked by `_patch.wrap`:
+module function of verl (looked up and signature-checked by `wrap.wrap`:
 `VerlApiMismatch` names what is missing) and says in its docstring what it
 changes and why there; `registries` puts verl-bot's names into verl's registries:
 
     agent_loop_output   AgentLoopOutput.as_dict              dense rm_scores rows, reward streams, fatal marker
     compute_advantage   PPOTrainer._compute_advantage        batch context (streams, failed rows), failure-rate stop,
-                                                             token records of chosen steps (verl_bot.token_records)
+                                                             token records of chosen steps
+                                                             (verl_bot.observe.token_records)
     multi_trajectory    trainer_base.compute_advantage_for_multi_trajectories
                                                              failed rollouts out of their groups, advantage 0
     compute_metrics     PPOTrainer._compute_metrics          reward/<key>/mean, reward/flag/<name>/mean
     tracker_panel       PPOTrainer.step                      every N steps, the token-credit panel and the S_t/A_t
-                                                             histograms in wandb and tensorboard (verl_bot.tracking)
+                                                             histograms in wandb and tensorboard
+                                                             (verl_bot.observe.panels)
     update_actor        PPOTrainer._update_actor             a verl-bot loss's knobs into the update's extra_info;
                                                              GRAIL: answer-span codes + knobs for the update
     ppo_loss            engine_workers.ppo_loss (worker)     those loss knobs active while the loss runs
@@ -28,7 +30,7 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
     resume              PPOTrainer.fit, tracking.FileLogger.__init__
                                                              a resumed run keeps the metrics of its earlier steps
     node_reach          PPOTrainer.init                      on several nodes, every node reaches every reward server
-                                                             and judge before any model loads (verl_bot.reach)
+                                                             and judge before any model loads (verl_bot.launch.reach)
     checkpoint_retention PPOTrainer._save_checkpoint         the last max_actor_ckpt_to_keep checkpoints, also after
                                                              a resume (verl counts only its own process's)
     weight_sync         vllm_rollout.ServerAdapter._execute_method, BucketedWeightSender._init_socket
@@ -38,7 +40,7 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
                                                              serves a reward model (a step PRM: verl_bot.rewards.prm)
     vllm_pooling_model  vLLMColocateWorkerExtension.monkey_patch_model
                                                              verl's vLLM server starts a pooling model (no logits)
-    validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.preflight), then `driver`
+    validate_config     verl.utils.config.validate_config    start-up checks (verl_bot.launch.preflight), then `driver`
     driver              sys.excepthook / atexit               the root cause is the driver's last line
     registries          verl's estimator, policy-loss, reward-manager and agent-loop registries
     cpu_backend         private rollout registry, process-group default, FSDP2 offload policy, the `vllm`
@@ -46,7 +48,7 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
     vllm_cpu            vLLM's CPU linear layers, verl's shared-memory weight receiver (inside vLLM's
                         processes, only with VERL_PLATFORM=cpu, from vLLM's plugin entry point verl_bot_vllm)
 
-Invisible unless used (`verl_bot.usage`): a wrapper that sees the run's config
+Invisible unless used (`verl_bot.launch.activation`): a wrapper that sees the run's config
 calls verl's original with the same arguments and returns its result unchanged
 unless the config uses verl-bot; the worker-side wrappers (`agent_loop_output`,
 `ppo_loss`, `engine_forward_step`, `multi_trajectory`) act only on data a
@@ -56,8 +58,8 @@ on (a pooling model, no `compute_logits`), and `driver` is installed by a
 verl-bot run's driver only.
 
 `install()` schedules each step of `PLAN` for the moment verl imports its
-module (`_on_import`): a process changes only the verl modules it imports.
-Every step goes through the process's ledger (`_ledger`): if one fails, every
+module (`on_import`): a process changes only the verl modules it imports.
+Every step goes through the process's ledger (`transaction`): if one fails, every
 change is undone and one ERROR line says why. Estimators, policy losses and
 the streams never import this folder.
 """
@@ -67,8 +69,8 @@ from __future__ import annotations
 import functools
 import importlib
 
-from verl_bot.hooks._ledger import LEDGER
-from verl_bot.hooks._on_import import when_imported
+from verl_bot.hooks.on_import import when_imported
+from verl_bot.hooks.transaction import LEDGER
 
 TRAINER_BASE = "verl.trainer.ppo.v1.trainer_base"
 VLLM_ROLLOUT = "verl.workers.rollout.vllm_rollout"
@@ -78,20 +80,20 @@ PLAN: tuple[tuple[str, str], ...] = (
     ("verl.trainer.ppo.core_algos", "registries:estimators_and_losses"),
     ("verl.experimental.reward_loop.reward_manager", "registries:reward_manager"),
     ("verl.experimental.agent_loop", "registries:agent_loop"),
-    ("verl.experimental.agent_loop", "agent_loop_output:install"),
-    (TRAINER_BASE, "compute_advantage:install"),
-    (TRAINER_BASE, "multi_trajectory:install"),
-    (TRAINER_BASE, "compute_metrics:install"),
-    (TRAINER_BASE, "tracker_panel:install"),
-    (TRAINER_BASE, "update_actor:install"),
-    (TRAINER_BASE, "replay_buffer:install"),
-    (TRAINER_BASE, "resume:install_fit"),
-    (TRAINER_BASE, "node_reach:install"),
-    (TRAINER_BASE, "checkpoint_retention:install"),
-    (TRAINER_BASE, "resume:install_file_logger"),
+    ("verl.experimental.agent_loop", "v1.agent_loop_output:install"),
+    (TRAINER_BASE, "v1.compute_advantage:install"),
+    (TRAINER_BASE, "v1.multi_trajectory:install"),
+    (TRAINER_BASE, "v1.compute_metrics:install"),
+    (TRAINER_BASE, "v1.tracker_panel:install"),
+    (TRAINER_BASE, "v1.update_actor:install"),
+    (TRAINER_BASE, "v1.replay_buffer:install"),
+    (TRAINER_BASE, "v1.resume:install_fit"),
+    (TRAINER_BASE, "v1.node_reach:install"),
+    (TRAINER_BASE, "v1.checkpoint_retention:install"),
+    (TRAINER_BASE, "v1.resume:install_file_logger"),
     # when verl's agent loop is imported, so before verl's v1 agent loop (verl.trainer.ppo.v1.agent_loop_tq, which
     # imports it) makes its Ray actor class of AgentLoopWorker
-    ("verl.experimental.agent_loop.agent_loop", "rollout_failure:install"),
+    ("verl.experimental.agent_loop.agent_loop", "v1.rollout_failure:install"),
     ("verl.experimental.agent_loop.agent_loop", "response_mask:install"),
     ("verl.workers.engine_workers", "ppo_loss:install"),
     ("verl.workers.engine.fsdp.transformer_impl", "engine_forward_step:install"),

@@ -43,8 +43,8 @@ import functools
 import importlib.metadata
 import sys
 
-from verl_bot.hooks._ledger import LEDGER
-from verl_bot.hooks._on_import import when_imported
+from verl_bot.hooks.on_import import when_imported
+from verl_bot.hooks.transaction import LEDGER
 
 ROLLOUT_NAME = "hf"
 ROLLOUT_ADAPTER = "verl_bot.cpu.hf_rollout.HFServerAdapter"
@@ -65,7 +65,7 @@ def _gloo_default_backend() -> str:
     fn = vdist.initialize_global_process_group_ray
     if fn.__defaults__ != (None, "cpu:gloo"):
         if fn.__defaults__ != (None, None):
-            from verl_bot.compat import VerlApiMismatch
+            from verl_bot.hooks.compat import VerlApiMismatch
 
             raise VerlApiMismatch(f"unexpected defaults of initialize_global_process_group_ray: {fn.__defaults__}")
         LEDGER.setattr(fn, "__defaults__", (None, "cpu:gloo"), "initialize_global_process_group_ray.backend")

@@ -3,7 +3,7 @@
 The one place of verl's actor update that has both the model the update uses
 (`self.module`) and each micro-batch with its packed model inputs. For a
 training micro-batch that carries GRAIL's knobs (`verl_bot_grail`, put in
-`batch.extra_info` by `verl_bot.hooks.update_actor`) and span codes, before
+`batch.extra_info` by `verl_bot.hooks.v1.update_actor`) and span codes, before
 verl's own `forward_step`:
 
 1. `self.prepare_model_inputs(micro_batch)` (verl's own: packed or padded
@@ -25,7 +25,7 @@ The loss function arriving here is whatever verl bound (`ppo_loss`,
 `distillation_ppo_loss`, or one set with `set_loss_fn`), so the wrapper always
 reaches it.
 
-Supported (start-up checks in `verl_bot.preflight` refuse the rest): the FSDP2
+Supported (start-up checks in `verl_bot.launch.preflight` refuse the rest): the FSDP2
 engine, no Ulysses sequence parallelism, no fused kernels, no distillation,
 text-only models.
 """
@@ -51,7 +51,7 @@ from verl_bot.advantage.grail import (
     weight_stats,
 )
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.hooks._patch import wrap
+from verl_bot.hooks.wrap import wrap
 
 TEXT_INPUTS = {"input_ids", "attention_mask", "position_ids", "cu_seqlens", "cu_seqlens_cpu"}
 

@@ -2,11 +2,11 @@
 
 verl's `ppo_loss` selects the tensors a registered policy loss gets from the
 micro-batch and drops the rest, including the `verl_bot_loss` knobs that
-`verl_bot.hooks.update_actor` put into the update's `extra_info`. The actor
+`verl_bot.hooks.v1.update_actor` put into the update's `extra_info`. The actor
 worker binds this module global in `init_model` (`partial(ppo_loss,
 config=actor_config)`), after verl-bot's plugin was loaded by the worker's
 `import verl`. The wrapper reads the knobs from the micro-batch and makes them
-`verl_bot.context.loss_settings()` while verl's own `ppo_loss` runs; without
+`verl_bot.credit.context.loss_settings()` while verl's own `ppo_loss` runs; without
 them it calls verl's function untouched. Not covered: verl's distillation
 loss, which calls its own reference to `ppo_loss` (the start-up checks refuse
 a verl-bot loss with distillation).
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import functools
 
-from verl_bot.context import use_loss_settings
-from verl_bot.hooks._patch import wrap
-from verl_bot.hooks.update_actor import EXTRA_INFO_KEY
+from verl_bot.credit.context import use_loss_settings
+from verl_bot.hooks.v1.update_actor import EXTRA_INFO_KEY
+from verl_bot.hooks.wrap import wrap
 
 
 def _make_ppo_loss(original):

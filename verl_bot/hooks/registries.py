@@ -18,7 +18,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.hooks._ledger import LEDGER
+from verl_bot.hooks.transaction import LEDGER
 
 MANAGER = "bot"
 
@@ -45,9 +45,9 @@ def _enter(kind: str, name: str, ours: Any, registry: MutableMapping, register: 
 
 
 def _declare_streams() -> None:
-    """Tell the `bot` manager which reward streams each estimator reads (`verl_bot.streams`, not verl's)."""
+    """Tell the `bot` manager which reward streams each estimator reads (`verl_bot.credit.streams`, not verl's)."""
     from verl_bot.advantage import ESTIMATORS
-    from verl_bot.streams import declare_streams
+    from verl_bot.credit.streams import declare_streams
 
     for name, spec in ESTIMATORS.items():
         declare_streams(name, spec.streams)
@@ -89,8 +89,8 @@ def agent_loop() -> list[str]:
     """verl-bot's `vps_single_turn` agent loop in verl's agent-loop registry (which keeps its class's path)."""
     from verl.experimental.agent_loop import agent_loop as verl_agent_loop
 
-    from verl_bot.agent_loop import VPSAgentLoop
-    from verl_bot.usage import AGENT_LOOPS
+    from verl_bot.launch.activation import AGENT_LOOPS
+    from verl_bot.vps.agent_loop import VPSAgentLoop
 
     (name,) = AGENT_LOOPS
     register = verl_agent_loop.register(name)

@@ -5,7 +5,7 @@ verl scores a rollout in its agent-loop worker by sending the reward worker the 
 `ToolAgentLoop`) interleaves generated tokens (mask 1) with tool replies and role headers (mask 0), and the `bot`
 manager cannot tell them apart without it. The wrapper puts each output's mask into its `extra_fields` under
 `MASK_KEY` for the call (so it travels in `tool_extra_fields`), and takes it out again afterwards: it never
-reaches TransferQueue or the trainer. `verl_bot.rewards.manager` reads it (`verl_bot.rewards.turns`).
+reaches TransferQueue or the trainer. `verl_bot.rewards.manager` reads it (`verl_bot.credit.turns`).
 
 Only for a run whose reward manager is `bot` (any other run: verl's method, unchanged). Installed with
 `rollout_failure`, before verl's v1 agent loop makes its Ray actor class of `AgentLoopWorker`.
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import functools
 
-from verl_bot.hooks._patch import wrap
+from verl_bot.credit.turns import MASK_KEY
+from verl_bot.hooks.wrap import wrap
 from verl_bot.rewards.settings import bot_manager_in_use
-from verl_bot.rewards.turns import MASK_KEY
 
 
 def _make_wrapper(original):

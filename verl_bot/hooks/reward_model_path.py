@@ -10,7 +10,7 @@ address verl hands it (`verl_bot.rewards.prm`).
 
 The wrapper (reward-loop worker side): with the `bot` manager (`reward.reward_manager.name=bot`) it always calls
 the manager's `run_single`; for every other run it calls verl's method unchanged. The start-up checks
-(`verl_bot.preflight`, `reward_model_problem`) admit a served reward model with the `bot` manager only in the
+(`verl_bot.launch.preflight`, `reward_model_problem`) admit a served reward model with the `bot` manager only in the
 configuration where this path is taken and the model is awake: a separate reward pool, the vLLM engine,
 `free_cache_engine=false` and `prm.url=router`.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 
-from verl_bot.hooks._patch import wrap
+from verl_bot.hooks.wrap import wrap
 from verl_bot.rewards.settings import bot_manager_in_use
 
 

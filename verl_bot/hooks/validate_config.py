@@ -4,12 +4,12 @@
 composed config in the driver, before Ray starts. `import verl` has imported
 `verl.utils.config` before it loads plugins and `main_ppo` imports the name
 after, so the wrapper is what it calls. verl's own checks run first; then, for
-a run that uses verl-bot (`verl_bot.usage`; any other run gets verl's function
+a run that uses verl-bot (`verl_bot.launch.activation`; any other run gets verl's function
 as it is, and nothing below happens):
 
 1. the driver's last words (`verl_bot.hooks.driver`): from here on an uncaught
    error ends with its root cause as the driver's last line;
-2. `verl_bot.preflight.check_config` refuses what cannot work with one clear
+2. `verl_bot.launch.preflight.check_config` refuses what cannot work with one clear
    line (`VerlBotConfigError`);
 3. one INFO line says that verl-bot is in use, and why.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 
-from verl_bot.hooks._patch import wrap
+from verl_bot.hooks.wrap import wrap
 
 logger = logging.getLogger("verl_bot")
 
@@ -31,8 +31,8 @@ def start_run(config) -> None:
     """Steps 1-3 of the module docstring, for a config that uses verl-bot."""
     from verl_bot import __version__
     from verl_bot.hooks import driver
-    from verl_bot.preflight import check_config
-    from verl_bot.usage import reason
+    from verl_bot.launch.activation import reason
+    from verl_bot.launch.preflight import check_config
 
     driver.install()
     check_config(config)
@@ -43,7 +43,7 @@ def start_run(config) -> None:
 def _make_validate_config(original):
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
-        from verl_bot.usage import in_use
+        from verl_bot.launch.activation import in_use
 
         result = original(config, *args, **kwargs)
         if in_use(config):

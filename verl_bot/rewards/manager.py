@@ -3,7 +3,7 @@
 Selected with `reward.reward_manager.name=bot`. For each response it calls the
 scorer chosen by the row's `data_source`, then composes
 `r_t = w_g * G + w_s * S_t` over the response tokens and returns the vector as
-`reward_score` (`verl_bot.dense` carries it into `token_level_rewards`).
+`reward_score` (`verl_bot.credit.dense` carries it into `token_level_rewards`).
 
 Scorer of a data_source, first match wins:
 1. `reward.reward_kwargs.bot.scorers.<data_source>` (built in: toy_lint);
@@ -25,9 +25,9 @@ defaults in `verl_bot.rewards.settings`):
     retries           2     extra HTTP attempts (round-robin over the URLs, backoff)
     failure_score     0.0   G reported for a rollout whose scorer failed (raised, timed out,
                             answered garbage); S = 0, `scorer_failed` = 1, and the rollout takes
-                            no part in training (advantage 0: verl_bot.hooks.multi_trajectory)
+                            no part in training (advantage 0: verl_bot.hooks.v1.multi_trajectory)
     max_failure_rate  0.5   the run stops when more than this share of a step's rollouts
-    failure_patience  3     ... failed, this many steps in a row (verl_bot.hooks.compute_advantage)
+    failure_patience  3     ... failed, this many steps in a row (verl_bot.hooks.v1.compute_advantage)
     token_level       auto  false: return only w_g * G as one scalar, which verl puts on
                             the last token (its stock layout): the global-reward-only
                             input of the GRPO/GSPO/DAPO baselines, same scorers; auto:
@@ -60,7 +60,7 @@ and train on): the response gets a zero reward carrying the
 `verl_bot.errors.FATAL_KEY` marker, which stops the run (`verl_bot.errors`).
 
 When `algorithm.adv_estimator` reads named reward streams (`pure`, `pass`), `reward_score`
-also carries them: `verl_bot.streams`.
+also carries them: `verl_bot.credit.streams`.
 """
 
 from __future__ import annotations
@@ -74,20 +74,16 @@ import numpy as np
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from verl_bot.errors import FATAL_KEY, VerlBotConfigError
-from verl_bot.rewards.metrics import FLAGS_KEY, LOCAL_SIGNAL_KEY
-from verl_bot.rewards.prm import PrmClient, PrmResult, prm_metrics, prm_settings
-from verl_bot.rewards.scorers import ScorerNotConfigured, build_scorers
-from verl_bot.rewards.sessions import (
+from verl_bot.credit.sessions import (
     response_length,
     session_reward_score,
     session_trajectories,
     trajectories_request,
     trajectory_local,
 )
-from verl_bot.rewards.settings import manager_settings
-from verl_bot.rewards.spans import token_char_spans
-from verl_bot.rewards.turns import (
+from verl_bot.credit.spans import token_char_spans
+from verl_bot.credit.streams import streams_for, token_streams, verdict_format, verdict_outcome
+from verl_bot.credit.turns import (
     multi_turn_info,
     request_turn_count,
     rollout_mask,
@@ -95,9 +91,13 @@ from verl_bot.rewards.turns import (
     unused_turns,
     with_turn_values,
 )
-from verl_bot.rewards.verdict import compose_token_rewards, local_token_values, validate_verdict
+from verl_bot.credit.verdict import compose_token_rewards, local_token_values, validate_verdict
+from verl_bot.errors import FATAL_KEY, VerlBotConfigError
+from verl_bot.rewards.metrics import FLAGS_KEY, LOCAL_SIGNAL_KEY
+from verl_bot.rewards.prm import PrmClient, PrmResult, prm_metrics, prm_settings
+from verl_bot.rewards.scorers import ScorerNotConfigured, build_scorers
+from verl_bot.rewards.settings import manager_settings
 from verl_bot.rewards.verl_scorer import VerlFunctionScorer
-from verl_bot.streams import streams_for, token_streams, verdict_format, verdict_outcome
 
 logger = logging.getLogger("verl_bot")
 
@@ -235,7 +235,7 @@ class BoTRewardManager(RewardManagerBase):
         return {"reward_score": {"token_rewards": zeros, "streams": streams}, "reward_extra_info": info}
 
     async def run_single(self, data: DataProto) -> dict:
-        item = data[-1]  # a multi-output sample: the last output is `response` (verl_bot.rewards.sessions)
+        item = data[-1]  # a multi-output sample: the last output is `response` (verl_bot.credit.sessions)
         response_ids = item.batch["responses"]
         length = response_length(data, len(data) - 1)  # not the attention mask: rows are pad_sequence'd
         valid_ids = response_ids[:length].tolist()
@@ -246,7 +246,7 @@ class BoTRewardManager(RewardManagerBase):
             None, token_char_spans, self.tokenizer, valid_ids
         )
         tool_fields, num_turns = (item.non_tensor_batch.get(k) for k in ("tool_extra_fields", "__num_turns__"))
-        try:  # multi-turn (verl's ToolAgentLoop): the mask of generated tokens (verl_bot.rewards.turns)
+        try:  # multi-turn (verl's ToolAgentLoop): the mask of generated tokens (verl_bot.credit.turns)
             mask = rollout_mask(tool_fields, num_turns, length)
         except VerlBotConfigError as exc:
             return self._fatal(str(exc), length)

@@ -24,7 +24,7 @@ template as [system, user = the prompt, assistant = step1 TAG step2 TAG ...] (Qw
 `prm_input_ids`), and one `POST <base>/pooling {"model", "input": ids, "task": "token_classify"}` (vLLM
 0.27.1's pooling API) returns one `[p_bad, p_good]` row per tag. Step i's value `scale * f(q_i)` becomes a
 REWARD_API local span over the step's characters, separator included (so the token that ends the step carries
-it); `verl_bot.rewards.spans` turns the spans into S_t like any scorer's.
+it); `verl_bot.credit.spans` turns the spans into S_t like any scorer's.
 
 Failures: a timeout, a 5xx or a connection error (after the retries) raises `PrmUnavailable`, which the manager
 turns into the failed-scorer sentinel; a server that is not a step PRM (400/404, no row per tag, rows that are
@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reward_servers.common.think import split_think
+from verl_bot.credit.turns import multi_turn_enabled
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.rewards.http import LoopSession, RetriesExhausted, retried
-from verl_bot.rewards.turns import multi_turn_enabled
 
 ROUTER = "router"
 ROUTER_NEEDS_RM = "prm.url=router needs reward.reward_model.enable=true, or an http:// URL"
@@ -155,7 +155,7 @@ def tag_problem(settings: dict, tokenizer: Any) -> str | None:
 
 
 def prm_problem(config: Any, token_level: bool) -> str | None:
-    """The start-up check of the `prm` knobs (`verl_bot.preflight`): one line, or None.
+    """The start-up check of the `prm` knobs (`verl_bot.launch.preflight`): one line, or None.
 
     A bad knob; a PRM with one reward per response (`token_level` false: S would go nowhere); a PRM in a
     multi-turn run (the response holds tool replies, which the PRM would read as steps of the solution); a step

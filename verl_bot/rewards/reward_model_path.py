@@ -17,7 +17,7 @@ In the separate pool the model's engine sleeps from start-up when `rollout.free_
 default: reward_model.py:48-49), and only the colocated path's `compute_rm_score` wakes it; so the pool must
 keep it awake. The PRM's step scores come from vLLM's `/pooling` API, so its engine must be vLLM.
 
-`reward_model_problem(config)` names the first configuration that cannot work in one line (`verl_bot.preflight`
+`reward_model_problem(config)` names the first configuration that cannot work in one line (`verl_bot.launch.preflight`
 raises it before Ray starts); `prm.url=router` without a served model is refused with the other prm knobs
 (`verl_bot.rewards.prm.prm_settings`).
 """

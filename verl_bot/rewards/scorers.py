@@ -41,9 +41,9 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.rewards.builtin import toy_calc, toy_lint, toy_math
 from verl_bot.rewards.http import LoopSession, RetriesExhausted, retried
 from verl_bot.rewards.noise import LocalNoise
-from verl_bot.rewards.toy import toy_calc, toy_lint, toy_math
 
 BUILTIN_SCORERS: dict[str, Callable[..., Any]] = {"toy_lint": toy_lint, "toy_math": toy_math, "toy_calc": toy_calc}
 # data_source -> scorer spec used when the config names no scorer for it

@@ -3,7 +3,7 @@
 Nothing of verl is changed here (`verl_bot.hooks` holds the wrappers); it reads the reward path, and the
 readers of the reward path look for it beside them. A verl upgrade must read it too: `default_knows` depends
 on the source code of `default_compute_score`. Used by the `bot` manager (`verl_bot.rewards.verl_scorer`)
-and the start-up checks (`verl_bot.preflight`):
+and the start-up checks (`verl_bot.launch.preflight`):
 
 - `function_config(config)`: which function the user's verl setup scores with, as plain data that a fresh
   worker process can rebuild it from: `reward.custom_reward_function` (verl's `path`/`name`/`reward_kwargs`
@@ -116,7 +116,7 @@ def default_data_sources() -> tuple[frozenset[str], tuple[str, ...]]:
     if "openai/gsm8k" not in names:
         import verl
 
-        from verl_bot.compat import VerlApiMismatch
+        from verl_bot.errors import VerlApiMismatch
 
         raise VerlApiMismatch(
             f"verl-bot could not read the data sources of verl {verl.__version__}'s default_compute_score "

@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from verl_bot.credit.verdict import InvalidVerdict
 from verl_bot.rewards.scorers import ScorerNotConfigured
-from verl_bot.rewards.verdict import InvalidVerdict
 from verl_bot.rewards.verl_functions import default_knows, function_config, load_reward_fn
 
 WORKER_TARGET = "verl_bot.rewards.verl_scorer:call_in_worker"

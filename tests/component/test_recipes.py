@@ -1,0 +1,1065 @@
+"""The paper's recipes (recipes/{react,aime}_*.sh + recipes/common.sh + recipes/algos.sh): every recipe x ALGO
+composes into a config that verl accepts, with the values the paper (or our documented choice) asks for, and the
+CPU run (recipes/cpu_train.sh) sets each ALGO as they do.
+
+How: `DRY_RUN=args bash recipes/X.sh` prints the recipe's own command line (bash and the node plan's light
+command, no verl), and each one is composed here by Hydra exactly as `python -m verl.trainer.main_ppo` composes
+it, in this one process (the recipe stays the single source of truth: nothing here repeats its overrides). The
+AIME recipes run as on a fresh checkout, without their data (a dry run needs no data, server, judge or GPU).
+Hydra's struct mode fails a mistyped key; verl's own `validate_config` (what `main_ppo` runs first) fails a bad
+value. The node is a fake `nvidia-smi`'s (tests/fake_gpus.py: 8 idle 80 GB GPUs unless a test says otherwise),
+whatever this machine has: every recipe's plan, and each launch the plan refuses in one line before anything
+starts. The slower checks run in a pool of two processes, started first: one real `DRY_RUN=1` (verl's
+`--cfg job`, whose YAML must equal the composed config) and the README's two single-node commands as typed
+through the whole launch path (fake `nvidia-smi` and `vllm serve`, `--cfg job` instead of training): the judge
+started on its GPUs, the React server started, checked and stopped, the trainer on the others.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.server
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from tests import fake_gpus
+from tests.conftest import compose_verl_config, free_port
+from verl_bot.launch import node_plan
+from verl_bot.launch.families import BY_RECIPE_TAG
+from verl_bot.observe import token_records
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ["react_qwen", "react_smollm", "react_phi", "aime_qwen", "aime_smollm", "aime_phi"]
+ALGOS = ["bot", "grpo", "gspo", "dapo", "pure", "pass", "reco"]
+MODELS = {tag: family.base_model for tag, family in BY_RECIPE_TAG.items()}  # verl_bot/launch/families.py: one place
+
+
+def base_env(data: dict, **extra: str) -> dict:
+    """A clean environment: nothing the recipes read leaks in from the caller's shell. The node is the recipes' own
+    (tests/fake_gpus.py's nvidia-smi: 8 idle 80 GB GPUs, whatever this machine has); the hub is not asked."""
+    env = {
+        "PATH": f"{data['home'] / 'smi'}:{os.environ['PATH']}",
+        "FAKE_GPUS": str(data["idle8"]),
+        "HF_HUB_OFFLINE": "1",
+        "HOME": str(data["home"]),
+        "PY": sys.executable,
+        "OUT_DIR": str(data["home"] / "out"),
+    }
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_recipe(name: str, env: dict, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(ROOT / "recipes" / f"{name}.sh"), *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def data_env(name: str, data: dict) -> dict:
+    return {"DATA_DIR": str(data["react" if name.startswith("react") else "aime"])}
+
+
+def dry_run_args(name: str, data: dict, **env: str) -> tuple[list[str], str]:
+    """The recipe's main_ppo overrides, as printed by DRY_RUN=args, and its stderr."""
+    res = run_recipe(name, base_env(data, **{"DRY_RUN": "args", **data_env(name, data), **env}))
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    assert lines[:2] == ["-m", "verl.trainer.main_ppo"], lines[:3]
+    return lines[2:], res.stderr
+
+
+def recipe_args(name: str, data: dict, **env: str) -> list[str]:
+    return dry_run_args(name, data, **env)[0]
+
+
+def missing_data_line(data_dir: Path) -> str:
+    """What a recipe says about missing AIME data: the one command that makes it."""
+    return (
+        f"recipe: TRAIN_FILES: {data_dir / 'train.parquet'} does not exist. Make them (AIME 1983-2024 from the "
+        f"Hugging Face hub): {sys.executable} {ROOT}/recipes/data/aime.py --out-dir {data_dir}"
+    )
+
+
+def last_line(stderr: str) -> str:
+    return [line for line in stderr.splitlines() if line.strip()][-1]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict:
+    """verl parquet for both tasks: the React prompt set and the hand-written AIME sample."""
+    home = tmp_path_factory.mktemp("recipes")
+    py = sys.executable
+    for cmd in (
+        [py, "recipes/data/react.py", "--out-dir", str(home / "react")],
+        [py, "recipes/data/aime.py", "--input", "recipes/data/aime_sample.jsonl", "--out-dir", str(home / "aime")],
+    ):
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    fake_gpus.install(home / "smi")
+    # Qwen2.5-3B-Instruct's config.json in the Hugging Face cache, as a download leaves it: a launch sizes its
+    # checkpoints from it (the disk check)
+    snapshot = home / ".cache/huggingface/hub/models--Qwen--Qwen2.5-3B-Instruct"
+    (snapshot / "snapshots" / "0").mkdir(parents=True)
+    (snapshot / "refs").mkdir()
+    (snapshot / "refs" / "main").write_text("0")
+    (snapshot / "snapshots" / "0" / "config.json").write_text(json.dumps(QWEN25_3B_CONFIG))
+    # no_aime: a fresh checkout, where the AIME data is not made yet
+    return {"home": home, "react": home / "react", "aime": home / "aime", "no_aime": home / "no_aime",
+            "idle8": fake_gpus.write_spec(home / "idle8.json")}
+
+
+FAKE_SERVE = """# a fake `vllm serve` (vllm.entrypoints.cli.main): answers GET /v1/models, records how it was started
+import http.server, json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_VLLM_LOG"], "a") as f:
+    f.write(json.dumps({"argv": args, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                        "order": os.environ.get("CUDA_DEVICE_ORDER")}) + "\\n")
+class Models(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.end_headers()
+        self.wfile.write(b'{"data": [{"id": "judge"}]}')
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Models).serve_forever()
+"""
+QWEN25_3B_CONFIG = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 2048,
+                    "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
+                    "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
+
+
+def readme_commands() -> dict[str, list[str]]:
+    """The README's single-node commands ("On a GPU node"), as a user types them: SMOKE=1 and the full run."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## On a GPU node"):]
+    section = section[: section.index("\n## ", 1)]
+    found = {}
+    for line in section.splitlines():
+        words = shlex.split(line.strip()) if line.startswith("    ") and "bash recipes/" in line else []
+        if words:
+            found["smoke" if "SMOKE=1" in words else "run"] = words
+    return found
+
+
+def readme_launch(data: dict, words: list[str], fake: Path, ports: dict) -> tuple[str, dict, tuple]:
+    """(recipe, environment, arguments) of a README command on a node of 8 idle 80 GB GPUs (tests/fake_gpus.py),
+    with a fake `vllm serve` for the judge and verl's `--cfg job` in place of training; the model's config.json
+    in the Hugging Face cache as a download leaves it (the disk check sizes its checkpoints from it)."""
+    env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("recipes/"))
+    script = next(w for w in words if w.startswith("recipes/"))
+    name = Path(script).stem
+    out = data["home"] / f"readme_{'smoke' if env.get('SMOKE') == '1' else 'run'}"
+    return name, base_env(data, **data_env(name, data), **env, PYTHONPATH=str(fake / "py"), OUT_DIR=str(out),
+                          FAKE_VLLM_LOG=str(out / "fake_vllm.jsonl"), REWARD_PORT=str(ports["reward"]),
+                          JUDGE_PORT=str(ports["judge"]), SERVER_START_TIMEOUT_S="240"), ("--cfg", "job")
+
+
+@pytest.fixture(scope="module")
+def slow(data):
+    """The process-level checks, two at a time, started before the in-process tests run: a real DRY_RUN=1, and the
+    README's two single-node commands through the whole launch path (node plan, judge and reward server started,
+    checked and stopped) with a fake nvidia-smi and `vllm serve`, `--cfg job` in place of training."""
+    fake = data["home"] / "fake"
+    (fake / "py" / "vllm" / "entrypoints" / "cli").mkdir(parents=True)
+    for package in ("vllm", "vllm/entrypoints", "vllm/entrypoints/cli"):
+        (fake / "py" / package / "__init__.py").write_text("")
+    (fake / "py" / "vllm" / "entrypoints" / "cli" / "main.py").write_text(FAKE_SERVE)
+    ports = {key: {"reward": free_port(), "judge": free_port()} for key in ("smoke", "run")}
+    jobs = {
+        "dry_run": ("aime_smollm", base_env(data, DRY_RUN="1", ALGO="dapo", DATA_DIR=str(data["no_aime"])), ()),
+        **{f"readme_{key}": readme_launch(data, words, fake, ports[key]) for key, words in readme_commands().items()},
+    }
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    futures = {key: pool.submit(run_recipe, name, env, *args, timeout=500) for key, (name, env, args) in jobs.items()}
+    yield {"futures": futures, "ports": ports, "envs": {key: env for key, (_, env, _) in jobs.items()}}
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def test_shellcheck_clean():
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck is not None, "shellcheck is not installed: run `make setup` (apt-get install shellcheck)"
+    scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").glob("*.sh"))
+    assert {f"recipes/{r}.sh" for r in RECIPES} | {"recipes/common.sh", "recipes/algos.sh"} <= set(scripts)
+    res = subprocess.run([shellcheck, "-x", *scripts], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+FAKE_TRAINER = """
+import signal, sys, time
+from pathlib import Path
+log = Path(sys.argv[1])
+
+def note(text):  # appends: a stop can land before "ready" is written (the log does not exist yet)
+    with log.open("a") as f:
+        f.write(text)
+
+def stop(signum, frame):
+    note(f"got {signal.Signals(signum).name}\\n")
+    time.sleep(1)  # a trainer takes a while to stop (Ray shuts down): the script must wait for it
+    note("stopped\\n")
+    sys.exit(7)
+
+signal.signal(signal.SIGTERM, stop)
+note("ready\\n")
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stopped_launcher_stops_its_trainer_and_returns_its_exit_code(tmp_path, signum):
+    """recipes/signals.sh's vb_run_trainer (how the recipes and cpu_train.sh start the trainer): a SIGTERM, SIGINT or
+    SIGHUP of the script reaches the trainer as SIGTERM (verl-bot's driver takes it as Ctrl-C and Ray shuts down:
+    tests/component/test_run_safety.py, tests/e2e/test_cpu_e2e.py); the script waits until the trainer has stopped and
+    exits with
+    its code. Without the forwarding, bash dies of the SIGTERM at once and leaves the trainer running."""
+    log = tmp_path / "trainer.log"
+    (tmp_path / "trainer.py").write_text(FAKE_TRAINER)
+    script = f'source {ROOT / "recipes" / "signals.sh"}; vb_run_trainer {sys.executable} trainer.py {log}; echo "rc=$?"'
+    proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    trainers: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        trainers = _children(proc.pid)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=30)
+    finally:  # a failed check leaves no fake trainer running (it would hold the pipe open)
+        for pid in [*trainers, proc.pid]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert log.read_text() == "ready\ngot SIGTERM\nstopped\n"
+    assert out.strip() == "rc=7"
+
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_at_the_moment_the_trainer_is_forked_still_stops_it(tmp_path, signum):
+    """The window of the test above, hit on purpose, many times: the stop is sent the moment bash has forked the
+    trainer (its pid shows in /proc/<bash>/task/<bash>/children), or after a random 0-20 ms from the script's
+    start (before the trap, before the fork, between fork and `$!`). Every time the script ends by itself, and
+    no trainer outlives it: the trainer got the SIGTERM (rc 7 with its handler, 143 before Python installed it),
+    or no trainer was started (the script ended with 128 + the signal's number, or bash died of it before
+    vb_run_trainer was entered). A trap armed after the fork lost about a third of these stops, and the trainer ran
+    on."""
+    (tmp_path / "trainer.py").write_text(FAKE_TRAINER)
+    script = (
+        f'source {ROOT / "recipes" / "signals.sh"}; '
+        f'vb_run_trainer {sys.executable} trainer.py trainer.log >/dev/null 2>&1; echo "rc=$?"'
+    )
+    rng = np.random.default_rng(signum)
+    outcomes = set()
+    for attempt in range(30):
+        at_fork = attempt % 2 == 0
+        proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        seen: set[int] = set()
+        deadline = time.monotonic() + 30
+        try:
+            if at_fork:
+                while not seen and proc.poll() is None and time.monotonic() < deadline:
+                    seen.update(_children(proc.pid))
+            else:
+                time.sleep(rng.uniform(0, 0.02))
+            proc.send_signal(signum)
+            while proc.poll() is None:  # the trainer's pid, whenever it shows
+                assert time.monotonic() < deadline, f"attempt {attempt}: the script did not end"
+                seen.update(_children(proc.pid))
+                time.sleep(0.001)
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            for pid in seen:  # never leave a fake trainer behind, whatever the assertions say
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+        assert not [pid for pid in seen if _alive(pid)], (attempt, out)
+        if at_fork:
+            assert seen, "the script forked no trainer"
+            assert out.strip() in ("rc=7", "rc=143"), (attempt, out)
+        else:  # or stopped before the trainer was started: by the trap (128 + n), or before it was armed
+            assert out.strip() in ("rc=7", "rc=143") or proc.returncode in (-signum, 128 + signum), out
+        outcomes.add(out.strip() or f"bash ended with {proc.returncode}")
+    assert "rc=143" in outcomes or "rc=7" in outcomes, outcomes
+
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_at_the_moment_a_service_is_forked_still_stops_it(tmp_path, signum):
+    """recipes/common.sh's vb_start_service (the reward server and judge a recipe starts), its window hit on
+    purpose: the stop is sent the moment the service's process exists (its log file is opened in the forked
+    child, before it execs the service), 20 times a signal. Every time the script exits with the signal's code
+    and stops the service on its way out: no process of the service outlives it."""
+    marker = f"vb-service-{tmp_path.name}"
+    script = (
+        f"ROOT={ROOT} TASK=aime MODEL_TAG=t SMOKE=0 PLATFORM=gpu; source {ROOT / 'recipes' / 'common.sh'}; "
+        f"vb_start_service fake {tmp_path}/service.log http://127.0.0.1:{free_port()} /health "
+        f'{sys.executable} -c "import time; time.sleep(60)" {marker}'
+    )
+
+    def leftovers() -> list[int]:
+        return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _alive(int(p.name))
+                and marker.encode() in _read_bytes(p / "cmdline")]
+
+    for attempt in range(20):
+        (tmp_path / "service.log").unlink(missing_ok=True)
+        proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        try:
+            while not (tmp_path / "service.log").exists():
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            proc.send_signal(signum)
+            proc.wait(timeout=30)
+        finally:
+            left = leftovers()
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+        assert not left, f"attempt {attempt}: the service outlived its script"
+        assert proc.returncode == 128 + signum, (attempt, proc.returncode)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def test_recipes_follow_verl_style():
+    for name in RECIPES:
+        text = (ROOT / "recipes" / f"{name}.sh").read_text()
+        assert text.startswith("#!/usr/bin/env bash\n"), name
+        assert "set -xeuo pipefail" in text, name
+        assert 'vb_main "$@"' in text, name
+        for var in ("MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "NGPUS_PER_NODE", "NNODES", "REWARD_URL", "LR"):
+            assert f"{var}=${{{var}:-" in text, (name, var)
+
+
+EXPECTED = {
+    # ALGO: adv_estimator, loss_agg_mode, policy loss, clip low/high, token-level rewards
+    "bot": ("bot", "seq-mean-token-mean", "vanilla", 0.2, 0.2, True),
+    "grpo": ("grpo", "seq-mean-token-mean", "vanilla", 0.2, 0.2, False),
+    "gspo": ("grpo", "seq-mean-token-mean", "gspo", 3e-4, 4e-4, False),
+    "dapo": ("grpo", "token-mean", "vanilla", 0.2, 0.28, False),
+    "pure": ("pure", "seq-mean-token-mean", "vanilla", 0.2, 0.2, True),
+    "pass": ("pass", "seq-mean-token-mean", "vanilla", 0.2, 0.2, True),
+    "vps": ("vps", "seq-mean-token-mean", "vanilla", 0.2, 0.2, False),
+    "reco": ("reco", "seq-mean-token-mean", "reco", 0.2, 0.2, False),
+}
+TASK_ALGOS = {"react": ALGOS, "aime": [*ALGOS, "vps"]}  # vps needs one correct answer per prompt
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_algo_composes_and_validates(name, data, slow):
+    from omegaconf import OmegaConf
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    from verl_bot.advantage.pass_ import PassSettings, pass_settings
+    from verl_bot.advantage.vps import VPSSettings
+    from verl_bot.rewards.settings import manager_settings
+
+    task, model_tag = name.split("_")
+    data_dir = data["react"] if task == "react" else data["no_aime"]
+    for algo in TASK_ALGOS[task]:
+        args, stderr = dry_run_args(name, data, ALGO=algo, DATA_DIR=str(data_dir))
+        if task == "aime":  # no data: said, and the config is still printed
+            assert f"{missing_data_line(data_dir)} (DRY_RUN goes on; a launch stops here)" in stderr, stderr
+        cfg = compose_verl_config(args)
+        adv, agg, loss_mode, clip_low, clip_high, token_level = EXPECTED[algo]
+        actor = cfg.actor_rollout_ref.actor
+        assert cfg.algorithm.adv_estimator == adv, (name, algo)
+        assert actor.loss_agg_mode == agg, (name, algo)
+        assert actor.policy_loss.loss_mode == loss_mode, (name, algo)
+        assert (actor.clip_ratio_low, actor.clip_ratio_high) == (clip_low, clip_high), (name, algo)
+        assert actor.optim.lr == 5e-7  # paper
+        assert cfg.actor_rollout_ref.rollout.name == "vllm"
+        assert cfg.actor_rollout_ref.model.path == MODELS[model_tag]
+        assert cfg.actor_rollout_ref.rollout.n == 8
+        assert cfg.data.train_batch_size == (8 if task == "aime" else 16)  # AIME: the paper's 8 x 8
+        assert cfg.data.train_files == str(data_dir / "train.parquet")
+        assert cfg.data.val_files == str(data_dir / "test.parquet")
+        assert cfg.reward.reward_manager.name == "bot"
+        bot = manager_settings(cfg)  # the manager's own parsing: unknown keys raise
+        assert bot["token_level"] is token_level, (name, algo)
+        assert bot["scorers"] == {task: f"http://127.0.0.1:{8801 if task == 'react' else 8802}"}
+        assert bot["w_local"] == (0.5 if task == "react" else 1.0)
+        assert cfg.algorithm.filter_groups.enable is (algo == "dapo")
+        if algo == "dapo":
+            assert cfg.algorithm.filter_groups.metric == "acc"  # the outcome, as DAPO filters (not G)
+            assert actor.use_kl_loss is False
+            overlong = cfg.reward.reward_kwargs.overlong_buffer_cfg
+            assert overlong.enable is True and overlong.penalty_factor == 1.0
+            assert cfg.reward.reward_kwargs.max_resp_len == cfg.data.max_response_length
+            assert 0 < overlong.len < cfg.data.max_response_length
+        if algo == "pure":  # the PURE paper's temperature; the step scale is our per-task choice
+            assert cfg.algorithm.use_kl_in_reward is False
+            assert cfg.algorithm.pure_temperature == 0.1 and cfg.algorithm.pure_outcome_coef == 1.0
+            assert cfg.algorithm.pure_step_scale == (1.0 if task == "react" else 10.0)
+        if algo == "vps":  # GRPO-VPS: its agent loop probes the `<final>` answer; our knob defaults
+            assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "vps_single_turn"
+            assert VPSSettings.from_config(cfg.algorithm) == VPSSettings(template="final")
+            assert {k for k in cfg.algorithm if str(k).startswith("vps_")} == {
+                "vps_alpha", "vps_max_cuts", "vps_min_gap", "vps_cut_quantile", "vps_space", "vps_template"
+            }
+        if algo == "pass":  # our reconstruction's defaults, parsed by the estimator's own knob parser
+            assert cfg.algorithm.use_kl_in_reward is False
+            assert pass_settings(cfg.algorithm) == PassSettings()
+            assert {k for k in cfg.algorithm if str(k).startswith("pass_")} == {
+                "pass_format_coef", "pass_process_coef", "pass_dead_zone", "pass_min_chunk", "pass_density", "pass_op"
+            }
+        # one on-policy update per step, but ReCo's token ratio needs several (4)
+        assert actor.ppo_mini_batch_size == cfg.data.train_batch_size // (4 if algo == "reco" else 1)
+        if algo == "reco":
+            assert cfg.algorithm.reco_w_max == 5.0 and cfg.algorithm.reco_occurrence == "count_model"
+        if model_tag == "smollm":
+            assert cfg.data.apply_chat_template_kwargs.enable_thinking is False
+        assert cfg.trainer.experiment_name == f"{name}_{algo}_s0"
+        # what verl itself checks before it starts Ray, plus the registries the run will look up
+        validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        assert not need_critic(cfg)
+        # verl's own algorithm keys make a valid AlgoConfig (verl-bot's `+algorithm.pure_*` knobs are extra keys,
+        # which verl's trainer passes through: it never converts `algorithm` to the dataclass)
+        verl_keys = {
+            k: v
+            for k, v in cfg.algorithm.items()
+            if not str(k).startswith(("pure_", "bot_", "pass_", "reco_", "vps_"))
+        }
+        omega_conf_to_dataclass(OmegaConf.create(verl_keys), dataclass_type=AlgoConfig)
+        get_adv_estimator_fn(cfg.algorithm.adv_estimator)
+        get_policy_loss_fn(actor.policy_loss.loss_mode)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_grail_composes_for_aime_and_is_refused_for_react(name, data):
+    """ALGO=grail: AIME recipes compose a config that verl and verl-bot's start-up checks accept; React
+    recipes stop with one line (a component has no single final answer)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from verl_bot.launch.preflight import check_config
+    from verl_bot.rewards.settings import manager_settings
+
+    if name.startswith("react"):
+        res = run_recipe(name, base_env(data, DRY_RUN="args", ALGO="grail", **data_env(name, data)))
+        assert res.returncode == 2 and res.stdout == ""
+        assert last_line(res.stderr) == (
+            "recipe: ALGO=grail needs one final answer per response (<final>...</final>); react responses have none: "
+            "use it with the AIME recipes"
+        )
+        return
+    cfg = compose_verl_config(recipe_args(name, data, ALGO="grail"))
+    assert cfg.algorithm.adv_estimator == "grail"
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
+    assert manager_settings(cfg)["token_level"] is False
+    assert cfg.trainer.experiment_name == f"{name}_grail_s0"
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    check_config(cfg)  # verl-bot's start-up checks (GRAIL: fsdp2, no Ulysses, no fused kernels, scalar rewards)
+
+
+def test_env_settings_reach_the_config(data, slow):
+    model_dir = data["home"] / "local_model"
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "config.json").write_text("{}")  # a local model directory: config.json is checked
+    args = recipe_args(
+        "aime_qwen",
+        data,
+        ALGO="gspo",
+        GSPO_TOKEN="1",
+        LR="1e-6",
+        ROLLOUT_N="4",
+        NGPUS_PER_NODE="4",
+        NNODES="2",
+        KL_LOSS_COEF="0.001",
+        MODEL_PATH=str(model_dir),
+        REWARD_URL="http://a:8802,http://b:8802",
+        REPORT_STEPS="1,-1",
+        REPORT_GROUPS="2",
+    )
+    cfg = compose_verl_config([*args, "trainer.total_training_steps=7"])  # "$@" goes through, last wins
+    assert cfg.algorithm.adv_estimator == "bot"  # GSPO-token: BoT advantages with the gspo loss
+    assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
+    assert cfg.reward.reward_kwargs.bot.token_level is True
+    assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6
+    assert cfg.actor_rollout_ref.rollout.n == 4
+    assert (cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes) == (4, 2)
+    assert cfg.actor_rollout_ref.actor.use_kl_loss is True
+    assert cfg.actor_rollout_ref.actor.kl_loss_coef == 0.001
+    assert cfg.actor_rollout_ref.model.path == str(model_dir)
+    assert cfg.reward.reward_kwargs.bot.scorers.aime == "http://a:8802,http://b:8802"  # one string: round-robin
+    assert cfg.trainer.experiment_name == "aime_qwen_gspo_token_s0"
+    assert cfg.trainer.total_training_steps == 7
+    assert list(cfg.algorithm.token_report_steps) == [1, -1] and cfg.algorithm.token_report_groups == 2
+    assert cfg.algorithm.token_report_dir == str(data["home"] / "out" / "token_records")
+    assert token_records.recorded_steps(cfg.algorithm, cfg.trainer.total_training_steps) == {1, 7}
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"ALGO": "ppo"}, "recipe: ALGO must be one of bot, grpo, gspo, dapo, pure, pass, reco, vps, grail; got 'ppo'"),
+        ({"MODEL_PATH": "/nonexistent/model"}, "recipe: MODEL_PATH=/nonexistent/model: no such model directory"),
+        ({"MODEL_PATH": "not a model"}, "recipe: MODEL_PATH=not a model is neither a local model directory nor"),
+        ({"TRAIN_FILES": "/nonexistent/train.parquet"}, "recipe: TRAIN_FILES: /nonexistent/train.parquet does not"),
+        ({"VAL_FILES": "[/nonexistent/a.parquet,/nonexistent/b.parquet]"}, "recipe: VAL_FILES: /nonexistent/a.parq"),
+        ({"PY": "/nonexistent/python"}, "recipe: no Python at PY=/nonexistent/python"),
+    ],
+)
+def test_missing_pieces_are_one_clear_line(env, expected, data):
+    res = run_recipe("aime_smollm", {**launch_env(data, "aime_smollm"), **env})
+    assert res.returncode == 2, res.stdout[-500:] + res.stderr[-1500:]
+    assert res.stdout == ""
+    assert last_line(res.stderr).startswith(expected), last_line(res.stderr)
+
+
+def test_react_refuses_vps_in_one_line(data):
+    for name in ("react_qwen", "react_smollm", "react_phi"):
+        res = run_recipe(name, base_env(data, DRY_RUN="args", ALGO="vps", **data_env(name, data)))
+        assert res.returncode == 2 and not res.stdout
+        assert last_line(res.stderr).startswith("recipe: ALGO=vps probes the model's belief in one correct answer")
+        assert "react prompts have no single correct answer: use it with the AIME recipes" in last_line(res.stderr)
+
+
+def test_the_users_overrides_win(data):
+    """Every extra argument goes last and wins, also `+key=` for a key the recipe appends itself (Hydra refuses a
+    second `+key`: the recipe drops its own), and a plain `key=` after the recipe's `+key=`."""
+    user = ["+algorithm.pure_temperature=0.2", "algorithm.pure_step_scale=3", "+reward.reward_kwargs.bot.w_local=0.3"]
+    args = recipe_args("aime_qwen", data, ALGO="pure")
+    assert "+algorithm.pure_temperature=0.1" in args and "+reward.reward_kwargs.bot.w_local=1.0" in args
+    with pytest.raises(Exception, match="Could not append to config"):
+        compose_verl_config([*args, *user])  # what Hydra does with the recipe's and the user's `+key`
+    res = run_recipe("aime_qwen", base_env(data, DRY_RUN="args", ALGO="pure", **data_env("aime_qwen", data)), *user)
+    assert res.returncode == 0, res.stderr[-2000:]
+    args = res.stdout.splitlines()[2:]
+    assert "+algorithm.pure_temperature=0.1" not in args and "+reward.reward_kwargs.bot.w_local=1.0" not in args
+    assert "+algorithm.pure_step_scale=10.0" in args  # kept: the user's plain key comes after it
+    cfg = compose_verl_config(args)
+    assert cfg.algorithm.pure_temperature == 0.2
+    assert cfg.algorithm.pure_step_scale == 3
+    assert cfg.reward.reward_kwargs.bot.w_local == 0.3
+
+
+def cpu_train_args(tmp_path: Path, algo: str, task: str, *user: str) -> subprocess.CompletedProcess:
+    """recipes/cpu_train.sh's main_ppo arguments (one a line on stdout), with a PY that only prints them."""
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "verl_bot_tiny.json").write_text("{}")
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "train.parquet").write_text("")
+    py = tmp_path / "py"
+    py.write_text('#!/bin/bash\n[[ "$1 $2" == "-m verl.trainer.main_ppo" ]] && shift 2 && printf "%s\\n" "$@"\n')
+    py.chmod(0o755)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PY": str(py),
+        "MODEL_DIR": str(tmp_path / "model"),
+        "DATA_DIR": str(tmp_path / "data"),
+        "OUT_DIR": str(tmp_path / "out"),
+        "ALGO": algo,
+        "TASK": task,
+    }
+    cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), *user]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+
+# What an algorithm is (the keys below): the same in the CPU run and in the GPU recipes, both from recipes/algos.sh.
+# Only these knobs differ: cpu_train.sh sets them for responses of tens of tokens.
+ALGO_KEYS = ("algorithm.", "actor_rollout_ref.actor.policy_loss.loss_mode", "actor_rollout_ref.actor.loss_agg_mode",
+             "actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.use_kl_loss",
+             "actor_rollout_ref.rollout.agent.default_agent_loop", "reward.reward_kwargs.bot.token_level",
+             "reward.reward_kwargs.overlong_buffer_cfg.")
+PER_RECIPE = {"algorithm.vps_min_gap", "algorithm.vps_max_cuts", "algorithm.vps_cut_quantile",
+              "reward.reward_kwargs.overlong_buffer_cfg.len"}
+
+
+def algo_part(cfg) -> dict:
+    def flat(node, prefix=""):
+        if isinstance(node, dict):
+            return {k: v for key, sub in node.items() for k, v in flat(sub, f"{prefix}{key}.").items()}
+        return {prefix[:-1]: node}
+
+    items = flat(OmegaConf.to_container(cfg, resolve=True))
+    return {k: v for k, v in items.items() if k.startswith(ALGO_KEYS) and k not in PER_RECIPE}
+
+
+@pytest.mark.parametrize("algo", [*ALGOS, "vps", "grail"])
+def test_cpu_run_is_the_recipes_algorithm(algo, data, tmp_path):
+    res = cpu_train_args(tmp_path, algo, "toy_math")
+    assert res.returncode == 0, res.stderr[-2000:]
+    cpu = compose_verl_config(res.stdout.splitlines())
+    gpu = compose_verl_config(recipe_args("aime_qwen", data, ALGO=algo))
+    assert algo_part(cpu) == algo_part(gpu)
+    assert cpu.algorithm.adv_estimator == gpu.algorithm.adv_estimator != ""
+    if algo == "vps":  # tens of tokens on the CPU
+        assert (cpu.algorithm.vps_min_gap, cpu.algorithm.vps_max_cuts, cpu.algorithm.vps_cut_quantile) == (4, 4, 0.25)
+
+
+@pytest.mark.parametrize(
+    "algo, expected",
+    [
+        ("vps", "cpu_train.sh: ALGO=vps probes the model's belief in one correct answer (reward_model.ground_truth); "
+         "toy_lint prompts have no single correct answer: use it with TASK=toy_math"),
+        ("grail", "cpu_train.sh: ALGO=grail needs one final answer per response (<final>...</final>); toy_lint "
+         "responses have none: use it with TASK=toy_math"),
+    ],
+)
+def test_cpu_run_refuses_answer_methods_on_toy_lint(algo, expected, tmp_path):
+    res = cpu_train_args(tmp_path, algo, "toy_lint")
+    assert res.returncode == 2 and res.stdout == ""
+    assert last_line(res.stderr) == expected
+    assert not (tmp_path / "out").exists()  # refused before anything is made
+
+
+def test_cpu_run_lets_the_user_set_a_knob(tmp_path):
+    res = cpu_train_args(tmp_path, "vps", "toy_math", "+algorithm.vps_alpha=0.3", "+reward.reward_kwargs.bot.w_local=2")
+    assert res.returncode == 0, res.stderr[-2000:]
+    cfg = compose_verl_config(res.stdout.splitlines())
+    assert (cfg.algorithm.vps_alpha, cfg.reward.reward_kwargs.bot.w_local) == (0.3, 2)
+
+
+def test_aime_data_missing_says_how_to_make_it(data):
+    data_dir = data["no_aime"]
+    res = run_recipe("aime_phi", launch_env(data, "aime_phi", DATA_DIR=str(data_dir)))
+    assert res.returncode == 2
+    assert last_line(res.stderr) == missing_data_line(data_dir)
+
+
+def test_dry_run_says_which_inputs_are_missing_and_goes_on(data):
+    missing = {"MODEL_PATH": "/nonexistent/model", "VAL_FILES": "/nonexistent/val.parquet"}
+    args, stderr = dry_run_args("aime_qwen", data, **missing)
+    assert "actor_rollout_ref.model.path=/nonexistent/model" in args
+    assert "data.val_files=/nonexistent/val.parquet" in args
+    goes_on = " (DRY_RUN goes on; a launch stops here)"
+    assert [line for line in stderr.splitlines() if line.startswith("recipe: ")] == [
+        "recipe: MODEL_PATH=/nonexistent/model: no such model directory" + goes_on,
+        "recipe: VAL_FILES: /nonexistent/val.parquet does not exist. Make them (AIME 1983-2024 from the Hugging "
+        f"Face hub): {sys.executable} {ROOT}/recipes/data/aime.py --out-dir {data['aime']}" + goes_on,
+    ]
+
+
+def test_react_data_is_made_when_missing(data):
+    target = data["home"] / "react_auto"
+    args = recipe_args("react_phi", {**data, "react": target})
+    assert (target / "train.parquet").is_file() and (target / "test.parquet").is_file()
+    assert f"data.val_files={target / 'test.parquet'}" in args
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    body = b"{}"
+    status = 200
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.path == "/health":
+            self.send_response(self.status)
+            self.end_headers()
+            self.wfile.write(self.body)
+        elif self.path == "/v1/models":
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"data": [{"id": "judge"}]}')
+        else:
+            self.send_response(404)
+            self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_server():
+    servers = []
+
+    def start(body: bytes, status: int = 200) -> str:
+        handler = type("H", (_Health,), {"body": body, "status": status})
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return f"http://127.0.0.1:{srv.server_address[1]}"
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+
+
+def launch_env(data, name, **env):
+    # NGPUS_PER_NODE=9999: even on a GPU machine the launch stops at the GPU check, never trains
+    return base_env(data, **{**data_env(name, data), "NGPUS_PER_NODE": "9999", **env})
+
+
+def test_reward_server_down_is_one_line(data):
+    url = f"http://127.0.0.1:{free_port()}"
+    res = run_recipe("aime_qwen", launch_env(data, "aime_qwen", ALGO="grpo", REWARD_URL=url))
+    assert res.returncode == 2
+    assert last_line(res.stderr).startswith(f"recipe: reward server {url} does not answer GET /health"), res.stderr
+
+
+def test_server_without_the_needed_judge_is_refused(data, fake_server):
+    react = fake_server(b'{"status": "ok", "judges": {"llm": "disabled", "vlm": "disabled"}}')
+    res = run_recipe("react_qwen", launch_env(data, "react_qwen", REWARD_URL=react))
+    assert res.returncode == 2
+    assert last_line(res.stderr).startswith(f"recipe: reward server {react} has no working LLM code judge")
+    # REQUIRE_JUDGE=0 (the compiler + ESLint ablation) passes the server check and stops at the GPUs
+    res = run_recipe("react_qwen", launch_env(data, "react_qwen", REWARD_URL=react, REQUIRE_JUDGE="0"))
+    assert res.returncode == 2
+    assert "GPU" in last_line(res.stderr) or "nvidia-smi" in last_line(res.stderr), last_line(res.stderr)
+    # AIME: BoT needs the step judge, GRPO does not
+    aime = fake_server(b'{"status": "ok", "judge": "disabled"}')
+    res = run_recipe("aime_qwen", launch_env(data, "aime_qwen", ALGO="bot", REWARD_URL=aime))
+    assert last_line(res.stderr).startswith(f"recipe: reward server {aime} has no working step judge")
+    res = run_recipe("aime_qwen", launch_env(data, "aime_qwen", ALGO="grpo", REWARD_URL=aime))
+    assert "has no working" not in res.stderr and res.returncode == 2
+
+
+def test_healthy_server_and_judge_pass_the_checks(data, fake_server):
+    url = fake_server(b'{"status": "ok", "judges": {"llm": "up", "vlm": "disabled"}}')
+    res = run_recipe("react_qwen", launch_env(data, "react_qwen", REWARD_URL=url, LLM_JUDGE_BASE_URL=f"{url}/v1"))
+    assert res.returncode == 2
+    line = last_line(res.stderr)
+    assert "GPU" in line or "nvidia-smi" in line, line  # every check before the GPUs passed
+
+
+def test_judge_endpoint_down_is_one_line(data):
+    judge = f"http://127.0.0.1:{free_port()}/v1"
+    res = run_recipe("aime_qwen", launch_env(data, "aime_qwen", STEP_JUDGE_BASE_URL=judge))
+    assert res.returncode == 2
+    assert last_line(res.stderr).startswith(f"recipe: judge endpoint STEP_JUDGE_BASE_URL={judge} does not answer")
+
+
+def test_start_server_needs_the_judge_it_requires(data):
+    """START_SERVER=1 starts the judge it needs (START_JUDGE=auto); with START_JUDGE=0 and no judge URL it says
+    which variable to set."""
+    res = run_recipe("react_qwen", launch_env(data, "react_qwen", START_SERVER="1", START_JUDGE="0"))
+    assert res.returncode == 2
+    assert last_line(res.stderr) == (
+        "recipe: START_SERVER=1 needs LLM_JUDGE_BASE_URL (the LLM code judge): set it, or START_JUDGE=1 to start one "
+        "here from JUDGE_MODEL_PATH, or REQUIRE_JUDGE=0 to run without it"
+    )
+
+
+def test_dry_run_prints_verls_composed_config(data, slow):
+    res = slow["futures"]["dry_run"].result()
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"{missing_data_line(data['no_aime'])} (DRY_RUN goes on; a launch stops here)" in res.stderr
+    printed = OmegaConf.create(res.stdout)
+    composed = compose_verl_config(recipe_args("aime_smollm", data, ALGO="dapo", DATA_DIR=str(data["no_aime"])))
+    assert OmegaConf.to_container(printed) == OmegaConf.to_container(composed)
+    assert printed.algorithm.filter_groups.enable is True
+    assert printed.actor_rollout_ref.actor.clip_ratio_high == 0.28
+
+
+def readme_ckpt(data: dict, env: dict, keep_at_once: int) -> tuple[Path, str | None]:
+    """Where the README's run keeps its checkpoints, and the disk check's refusal on this machine's disk (None when
+    its `keep_at_once` checkpoints of Qwen2.5-3B fit: they do on a disk with 69 GiB free)."""
+    ckpt = data["home"] / "verl_bot_ckpt" / "verl_bot" / f"react_qwen_bot_s0{'_smoke' if env.get('SMOKE') else ''}"
+    free, existing = node_plan.disk_state(str(ckpt))
+    params = node_plan.param_count(QWEN25_3B_CONFIG)
+    saves = 1 if env.get("SMOKE") else 6
+    assert node_plan.kept_at_once(2, saves) == keep_at_once
+    return ckpt, node_plan.disk_problem(str(ckpt), free, existing, params, 2, saves)
+
+
+def check_readme_launch(data: dict, slow: dict, key: str) -> subprocess.CompletedProcess | None:
+    """What both README commands must show on 8 idle 80 GB GPUs: the plan (trainer 0-3, the judge on 4-7, memory and
+    disk checked), the judge started on its GPUs only, the trainer on its own, the reward server started, checked and
+    stopped with the judge. None when this machine's disk cannot hold the checkpoints (then that is the one line)."""
+    res, env = slow["futures"][f"readme_{key}"].result(), slow["envs"][f"readme_{key}"]
+    ckpt, disk = readme_ckpt(data, env, 1 if key == "smoke" else 2)
+    if disk is not None:
+        assert res.returncode == 2 and last_line(res.stderr) == f"recipe: {disk}", res.stderr[-3000:]
+        return None
+    plan = next(line for line in res.stderr.splitlines() if line.startswith("node plan: "))
+    at_once = 1 if key == "smoke" else 2
+    assert plan.startswith(
+        "node plan: trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a step), LLM judge GPUs 4,5,6,7, "
+        f"no GPU idle; checkpoints: {at_once} at once of 34.5 GiB in {ckpt} ("
+    ), plan
+    out, ports = Path(env["OUT_DIR"]), slow["ports"][key]
+    judges = [json.loads(line) for line in (out / "fake_vllm.jsonl").read_text().splitlines()]
+    assert judges == [{
+        "argv": ["serve", "Qwen/Qwen2.5-7B-Instruct", "--gpu-memory-utilization", "0.9", "--tensor-parallel-size",
+                 "1", "--data-parallel-size", "4", "--host", "127.0.0.1", "--port", str(ports["judge"]),
+                 "--served-model-name", "judge"],
+        "gpus": "4,5,6,7", "order": "PCI_BUS_ID",
+    }]
+    assert "+ export CUDA_VISIBLE_DEVICES=0,1,2,3 CUDA_DEVICE_ORDER=PCI_BUS_ID" in res.stderr  # the trainer's
+    assert f"curl -sf --max-time 20 http://127.0.0.1:{ports['reward']}/health" in res.stderr  # checked after start
+    assert "Uvicorn running" in (out / "reward_server.log").read_text()
+    assert (out / "ckpt").is_symlink() and (out / "ckpt").resolve() == ckpt
+    time.sleep(0.5)
+    for port in ports.values():  # the judge and the reward server stopped on exit: their ports are free again
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0
+    return res
+
+
+def test_the_readmes_full_run_starts_its_judge_beside_the_trainer_on_an_8_gpu_node(data, slow):
+    """README, "On a GPU node": `START_SERVER=1 ALGO=bot bash recipes/react_qwen.sh` as typed, `--cfg job` in place
+    of training: the composed run trains on 4 GPUs, keeps 2 checkpoints outside the repository, scores on the server
+    the recipe started, whose health says the judge the recipe started is up."""
+    assert readme_commands()["run"] == ["START_SERVER=1", "ALGO=bot", "bash", "recipes/react_qwen.sh"]
+    res = check_readme_launch(data, slow, "run")
+    if res is None:
+        return
+    assert res.returncode == 0, res.stderr[-3000:]
+    printed = OmegaConf.create(res.stdout)
+    assert (printed.trainer.n_gpus_per_node, printed.trainer.nnodes) == (4, 1)
+    assert printed.trainer.max_actor_ckpt_to_keep == printed.trainer.max_critic_ckpt_to_keep == 2
+    assert not Path(printed.trainer.default_local_dir).is_relative_to(ROOT)
+    assert printed.reward.reward_kwargs.bot.scorers.react == f"http://127.0.0.1:{slow['ports']['run']['reward']}"
+
+
+def test_the_readmes_smoke_names_its_node_plan_in_the_verdict(data, slow):
+    """README: `SMOKE=1 ALGO=bot bash recipes/react_qwen.sh` on a GPU node starts the judge it needs (no variable to
+    set) and its verdict block names the plan it ran on (here a FAIL: `--cfg job` trains no step)."""
+    assert readme_commands()["smoke"] == ["SMOKE=1", "ALGO=bot", "bash", "recipes/react_qwen.sh"]
+    res = check_readme_launch(data, slow, "smoke")
+    if res is None:
+        return
+    verdict = res.stdout[res.stdout.index("== verl-bot smoke verdict"):]
+    plan = next(line.strip() for line in verdict.splitlines() if line.strip().startswith("node plan"))
+    assert plan.startswith("node plan           trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a "
+                           "step), LLM judge GPUs 4,5,6,7, no GPU idle; checkpoints: 1 at once"), plan
+    assert "  platform            gpu\n" in verdict and res.returncode == 1
+
+
+# What a model's recipe changes against the task's qwen recipe (recipes/README.md, "Models"): the model, its run's
+# names and paths, SmolLM3's thinking switch, and Phi-4-mini-reasoning's longer responses (with what is sized from
+# them: the rollout's context, the micro-batch token budget, DAPO's overlong cache zone).
+RUN_KEYS = {"actor_rollout_ref.model.path", "trainer.experiment_name", "trainer.default_local_dir",
+            "trainer.rollout_data_dir", "trainer.validation_data_dir"}
+MODEL_KEYS = {
+    "react_smollm": {"+data.apply_chat_template_kwargs.enable_thinking"},
+    "aime_smollm": {"+data.apply_chat_template_kwargs.enable_thinking"},
+    "react_phi": {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+                  "actor_rollout_ref.rollout.max_model_len", "+reward.reward_kwargs.overlong_buffer_cfg.len",
+                  "+reward.reward_kwargs.max_resp_len"},
+    "aime_phi": {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+                 "actor_rollout_ref.rollout.max_model_len", "+reward.reward_kwargs.overlong_buffer_cfg.len",
+                 "+reward.reward_kwargs.max_resp_len"},
+}
+
+
+def as_dict(args: list[str]) -> dict[str, str]:
+    out = {}
+    for arg in args:
+        key, _, value = arg.partition("=")
+        out[key] = value
+    return out
+
+
+LENGTH_KEYS = {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+               "actor_rollout_ref.rollout.max_model_len", "+reward.reward_kwargs.overlong_buffer_cfg.len",
+               "+reward.reward_kwargs.max_resp_len"}
+
+
+@pytest.mark.parametrize("platform", ["gpu", "cpu"])
+@pytest.mark.parametrize("name", sorted(MODEL_KEYS))
+def test_a_model_recipe_differs_from_qwens_only_in_its_named_keys(name, platform, data):
+    """Every ALGO, on a GPU node and on the CPU platform (where each runs its own family's tiny model and the CPU
+    presets set the response length)."""
+    task = name.split("_")[0]
+    for algo in ALGOS + (["vps", "grail"] if task == "aime" else []):
+        env = {"ALGO": algo, **({"PLATFORM": "cpu"} if platform == "cpu" else {})}
+        qwen = as_dict(recipe_args(f"{task}_qwen", data, **env))
+        other = as_dict(recipe_args(name, data, **env))
+        differ = {k for k in qwen.keys() | other.keys() if qwen.get(k) != other.get(k)}
+        allowed = RUN_KEYS | MODEL_KEYS[name]
+        must = {"trainer.experiment_name", "actor_rollout_ref.model.path"} | (MODEL_KEYS[name] - LENGTH_KEYS)
+        if platform == "cpu":
+            allowed -= LENGTH_KEYS
+        elif name.endswith("_phi"):
+            must |= {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+                     "actor_rollout_ref.rollout.max_model_len"}
+        assert must <= differ <= allowed, (algo, sorted(differ - allowed), sorted(must - differ))
+
+
+# --- the node plan (verl_bot/launch/node_plan.py) as the recipes compose and check it
+# ------------------------------------
+def plan_line(stderr: str) -> str:
+    return next(line for line in stderr.splitlines() if line.startswith("node plan: "))
+
+
+@pytest.mark.parametrize(
+    "name, env, plan",
+    [
+        # the judges given by URL (or none needed): the trainer takes the node, but AIME's 64 rollouts keep 4 engines
+        ("react_qwen", {}, "trainer GPUs 0,1,2,3,4,5,6,7 (8 x 80 GiB; 16 rollouts per vLLM engine a step), no GPU "
+         "idle"),
+        ("aime_qwen", {"ALGO": "grpo"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 16 rollouts per vLLM engine a step), idle "
+         "GPUs 4,5,6,7"),
+        # the recipe starts the judge it needs (START_SERVER=1: START_JUDGE=auto) on the GPUs the trainer leaves
+        ("react_smollm", {"START_SERVER": "1"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a "
+         "step), LLM judge GPUs 4,5,6,7, no GPU idle"),
+        ("react_phi", {"START_SERVER": "1", "VLM_JUDGE_MODEL_PATH": "Qwen/Qwen2.5-VL-7B-Instruct"}, "trainer GPUs "
+         "0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a step), LLM judge GPUs 4,5, VLM judge GPUs 6,7, no GPU "
+         "idle"),
+        ("aime_smollm", {"START_SERVER": "1", "ALGO": "pure"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 16 rollouts per "
+         "vLLM engine a step), step judge GPUs 4,5,6,7, no GPU idle"),
+        ("aime_phi", {"START_SERVER": "1", "ALGO": "reco"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 16 rollouts per vLLM "
+         "engine a step), idle GPUs 4,5,6,7"),  # reco needs no step judge
+        ("react_qwen", {"START_SERVER": "1", "FAKE_GPUS": "7"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per "
+         "vLLM engine a step), LLM judge GPUs 4,5,6, no GPU idle"),  # 7 GPUs: verl would pad 128 rollouts on 7 or 6
+        ("aime_qwen", {"SMOKE": "1", "PLATFORM": "gpu"}, "trainer GPUs 0,1,2,3 (4 x 80 GiB; 16 rollouts per vLLM "
+         "engine a step), step judge GPUs 4,5,6,7, no GPU idle"),  # the smoke runs on the full run's plan
+    ],
+)
+def test_every_recipes_gpu_command_line_is_its_node_plan(name, env, plan, data, tmp_path):
+    """DRY_RUN=args on the fake nvidia-smi's 8 idle 80 GB GPUs (7 in one case): the plan the recipe prints is the
+    one its command line composes (trainer.n_gpus_per_node), and verl accepts that line."""
+    if env.get("FAKE_GPUS"):
+        env = {**env, "FAKE_GPUS": str(fake_gpus.write_spec(tmp_path / "gpus.json", n=int(env["FAKE_GPUS"])))}
+    args, stderr = dry_run_args(name, data, **env)
+    assert plan_line(stderr) == f"node plan: {plan}"
+    cfg = compose_verl_config(args)
+    assert cfg.trainer.n_gpus_per_node == len(plan.split(" (")[0].split(" ")[-1].split(","))
+    assert cfg.trainer.max_actor_ckpt_to_keep == 2
+
+
+def test_without_nvidia_smi_a_dry_run_plans_the_recipes_node(data, tmp_path):
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\nexit 127\n")  # what a machine without the driver answers
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    args, stderr = dry_run_args("react_qwen", data, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    assert plan_line(stderr).endswith(", no GPU idle (assumed: 8 GPUs of 80 GB, no nvidia-smi here)")
+    assert "trainer.n_gpus_per_node=8" in args
+
+
+def test_several_nodes_give_every_process_of_the_run_the_judges_to_reach(data):
+    args = recipe_args("aime_qwen", data, NNODES="2", REWARD_URL="http://rw1:8802",
+                       STEP_JUDGE_BASE_URL="http://judge1:8000/v1")
+    cfg = compose_verl_config(args)
+    reach = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_BOT_REACH_URLS
+    assert reach == "STEP_JUDGE_BASE_URL=http://judge1:8000/v1"
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 2)  # 64 rollouts: 4 engines of 16 in all
+
+
+def refused(data: dict, name: str, tmp_path: Path, gpus: dict | None = None, **env: str) -> str:
+    """The launch's one line: it stops before the judge, the reward server or Ray starts (START_SERVER=1 would
+    start both here)."""
+    spec = fake_gpus.write_spec(tmp_path / "gpus.json", **(gpus or {}))
+    out = tmp_path / "out"
+    res = run_recipe(name, base_env(data, **data_env(name, data), **{"START_SERVER": "1", "FAKE_GPUS": str(spec),
+                                                                     "OUT_DIR": str(out), **env}))
+    assert res.returncode == 2 and res.stdout == "", res.stderr[-3000:]
+    assert not (out / "judge.log").exists() and not (out / "reward_server.log").exists()
+    return last_line(res.stderr)
+
+
+CKPT = "verl_bot_ckpt/verl_bot"
+
+
+def test_a_busy_gpu_is_refused_with_its_holder(data, tmp_path):
+    """The README's old judge (`vllm serve` at 90% of GPU 0, started by hand) on the GPU the plan gives the trainer."""
+    line = refused(data, "react_qwen", tmp_path, {"free": {0: 8112}, "apps": {4242: 0}})
+    assert line == (
+        "recipe: GPU 0 has 7.9 GiB free of 79.6 GiB, below the 50.7 GiB the trainer asks there (0.6 x 79.6 GiB + 2.9 "
+        "GiB of the actor's weights); held by pid 4242 (nvidia-smi): free it, or give the run other GPUs "
+        "(TRAIN_GPUS, JUDGE_GPUS; with room: 1,2,3,4,5,6,7)"
+    )
+
+
+@pytest.mark.parametrize(
+    "gpus, env, line",
+    [
+        ({"n": 7}, {"NGPUS_PER_NODE": "7", "START_JUDGE": "0", "REQUIRE_JUDGE": "0"}, "recipe: 7 trainer GPU(s) x 1 "
+         "node(s) do not divide the 128 rollouts of a mini-batch (16 prompts x 8): verl would pad every step to 896 "
+         "rows with synthetic ones; use a GPU count that divides 128 (NGPUS_PER_NODE or TRAIN_GPUS), or change "
+         "TRAIN_BATCH_SIZE"),
+        ({"n": 0}, {}, "recipe: nvidia-smi lists no GPU on this node (a driver or container problem?)"),
+        ({"broken": 9}, {}, "recipe: nvidia-smi lists no GPU on this node (a driver or container problem?)"),
+        ({}, {"VERL_PLATFORM": "cpu"}, "recipe: VERL_PLATFORM=cpu is set in this GPU run's environment: it would turn "
+         "verl-bot's CPU backend on (training on the CPU); unset it (PLATFORM=cpu runs the recipe on the CPU)"),
+        ({}, {"CUDA_VISIBLE_DEVICES": ""}, "recipe: CUDA_VISIBLE_DEVICES is set but empty: CUDA sees none of this "
+         "node's 8 GPU(s); unset it (the recipe picks the GPUs: TRAIN_GPUS, JUDGE_GPUS)"),
+        ({}, {"NNODES": "2"}, "recipe: NNODES=2 with START_JUDGE=1: the Ray cluster of a multi-node run is started "
+         "before the recipe and may hold every GPU of this node; serve the judges outside it and pass their URLs "
+         "(LLM_JUDGE_BASE_URL, VLM_JUDGE_BASE_URL, STEP_JUDGE_BASE_URL)"),
+        ({}, {"NNODES": "2", "REWARD_HOST": "127.0.0.1", "REQUIRE_JUDGE": "0"}, "recipe: NNODES=2 and REWARD_URL is at "
+         "http://127.0.0.1:8801, a loopback address the other nodes cannot reach; use an address every node reaches "
+         "(REWARD_HOST for the reward server the recipe starts)"),
+    ],
+)
+def test_what_cannot_run_stops_before_anything_starts_in_one_line(gpus, env, line, data, tmp_path):
+    assert refused(data, "react_qwen", tmp_path, gpus, **env) == line
+
+
+def test_checkpoints_the_disk_cannot_hold_are_refused(data, tmp_path):
+    # 12 PB a checkpoint (the weights offloaded to the CPU: no GPU would hold their shard either)
+    line = refused(data, "aime_qwen", tmp_path, MODEL_PARAMS="1e15", OFFLOAD="True", ALGO="grpo")
+    ckpt = data["home"] / CKPT / "aime_qwen_grpo_s0"
+    assert line.startswith(f"recipe: CKPT_DIR={ckpt} is on a disk with ")
+    assert line.endswith(" GiB free, below the 22351741.8 GiB the run's checkpoints take: 2 of 11175870.9 GiB at once "
+                         "(KEEP_CKPTS=2, 8 save(s); 1000000.00B parameters x 12 bytes: fp32 weights and Adam's "
+                         "moments); point CKPT_DIR at a disk with room")
+
+
+def test_a_judge_given_by_url_is_refused_on_the_trainers_gpus(data, tmp_path, fake_server):
+    """The judge's port is served by this test's process, which the fake nvidia-smi shows on GPU 0; several nodes
+    refuse its loopback address."""
+    url = fake_server(b"{}")
+    judge = {"LLM_JUDGE_BASE_URL": f"{url}/v1"}
+    line = refused(data, "react_qwen", tmp_path, {"apps": {os.getpid(): 0}}, TRAIN_GPUS="0,1,2,3", **judge)
+    assert line == (
+        f"recipe: LLM_JUDGE_BASE_URL={url}/v1 (pid {os.getpid()}) is served from GPU 0, which the trainer needs "
+        "(TRAIN_GPUS=0,1,2,3): give the trainer other GPUs, or let the recipe start and place the judge (unset the "
+        "URL; START_JUDGE=1 with JUDGE_MODEL_PATH)"
+    )
+    line = refused(data, "react_qwen", tmp_path, {"apps": {os.getpid(): 0}}, NNODES="2", **judge)
+    assert line.startswith(f"recipe: NNODES=2 and LLM_JUDGE_BASE_URL is at {url}/v1, a loopback address")
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_a_gpu_node_whose_nvidia_smi_fails_does_not_smoke_on_the_cpu(listed, data, tmp_path):
+    """SMOKE=1 on a machine with NVIDIA device files (GPU_DEVICE_FILES) whose nvidia-smi lists no GPU refuses; without
+    them it runs on the CPU platform and says so."""
+    devices = tmp_path / "nvidia0"
+    if listed:
+        devices.write_text("")
+    spec = fake_gpus.write_spec(tmp_path / "gpus.json", n=0)
+    env = base_env(data, **data_env("aime_qwen", data), SMOKE="1", DRY_RUN="args", FAKE_GPUS=str(spec),
+                   GPU_DEVICE_FILES=str(tmp_path / "nvidia[0-9]*"))
+    res = run_recipe("aime_qwen", env)
+    if listed:
+        assert res.returncode == 2 and res.stdout == ""
+        assert last_line(res.stderr) == (
+            f"recipe: SMOKE=1 on a GPU node ({devices}) whose nvidia-smi lists no GPU: the smoke would run on the CPU; "
+            "fix the driver or PATH, or set PLATFORM=cpu to smoke on the CPU"
+        )
+    else:
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert (f"platform: cpu (SMOKE=1 on a machine without NVIDIA GPUs: no nvidia-smi lists one, no "
+                f"{tmp_path}/nvidia[0-9]*)") in res.stderr.splitlines()
+        assert "trainer.n_gpus_per_node=1" in res.stdout.splitlines()

@@ -1,0 +1,327 @@
+"""The token-credit panel and the per-token histograms for verl's experiment trackers (issue 37).
+
+Pure logic on the committed token records of a CPU demo run (tests/fixtures/token_report/): the knobs, the steps,
+the rollouts, the panel as HTML (the offline report's view: its colours, its scales) and as Markdown (rendered by
+TensorBoard's own Markdown), the histograms and S_t. Then the real trackers: the hook's senders write a wandb
+offline run and TensorBoard event files, and the readers below read them back equal to the records. The readers
+are those of the end-to-end check (tests/e2e/test_e2e_resume.py: a run of verl's real trainer with
+`trainer.logger=[console,file,wandb,tensorboard]`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html.parser
+import json
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from verl_bot.credit.verdict import compose_token_rewards
+from verl_bot.eval.training_report import colour, shown_tokens, token_scales
+from verl_bot.hooks.v1 import tracker_panel
+from verl_bot.observe import panels
+from verl_bot.observe.token_records import read_records
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS = ROOT / "tests" / "fixtures" / "token_report" / "bot" / "token_records" / "step_20.jsonl"
+
+
+@pytest.fixture(scope="module")
+def records():
+    return read_records(RECORDS)
+
+
+# ------------------------------------------------------------------------------------------ readers
+class _PanelParser(html.parser.HTMLParser):
+    """The rollouts of an HTML panel: key, and per shown token (position, id, r_t, A_t, background), gaps."""
+
+    def __init__(self):
+        super().__init__()
+        self.rollouts: list[dict] = []
+        self.scales: dict[str, float] = {}
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if "legend" in classes:
+            self.scales[a["data-quantity"]] = float(a["data-scale"])
+        elif "rollout" in classes:
+            self.rollouts.append({"key": a["data-key"], "tokens": [], "omitted": []})
+        elif "tok" in classes:
+            pos, token_id = re.match(r"#(\d+) id (\d+) ", a["title"]).groups()
+            self.rollouts[-1]["tokens"].append({"pos": int(pos), "id": int(token_id)})
+        elif "cell" in classes:
+            token = self.rollouts[-1]["tokens"][-1]
+            token[classes[1]] = float(a["data-value"])
+            token[classes[1] + "_bg"] = re.match(r"background:(rgb\([^)]*\))", a["style"]).group(1)
+        elif "gap" in classes:
+            self.rollouts[-1]["omitted"].append(int(a["data-omitted"]))
+
+
+def html_panel(page: str) -> tuple[list[dict], dict[str, float]]:
+    """(rollouts, {quantity: scale}) of an HTML panel."""
+    parser = _PanelParser()
+    parser.feed(page)
+    return parser.rollouts, parser.scales
+
+
+def markdown_panel(text: str) -> list[dict]:
+    """The rollouts of a Markdown panel: key, and per shown token (position, id, r_t, A_t, squares), gaps."""
+    rollouts = []
+    for line in text.splitlines():
+        head = re.match(r"\*\*rollout \d+\*\* · `([^`]+)`", line)
+        if head:
+            rollouts.append({"key": head.group(1), "tokens": [], "omitted": []})
+            continue
+        gap = re.match(r"\| … \| \*(\d+) tokens\* \|", line)
+        row = re.match(r"\| (\d+) \| (.*) \| (\d+) \| (\S+) \| (\S*) \| (\S+) \| (\S*) \|$", line)
+        if gap:
+            rollouts[-1]["omitted"].append(int(gap.group(1)))
+        elif row:
+            pos, _, token_id, reward, reward_sq, advantage, advantage_sq = row.groups()
+            rollouts[-1]["tokens"].append({"pos": int(pos), "id": int(token_id), "rewards": float(reward),
+                                           "advantages": float(advantage), "squares": (reward_sq, advantage_sq)})
+    return rollouts
+
+
+def check_panel(rollouts: list[dict], records: list[dict], limit: int) -> None:
+    """Each rollout of a panel is its token record: the tokens `shown_tokens` keeps, ids and values equal, gaps
+    counting the others."""
+    by_key = {r["key"]: r for r in records}
+    assert rollouts
+    for rollout in rollouts:
+        record = by_key[rollout["key"]]
+        length = len(record["response_ids"])
+        shown = shown_tokens(length, limit)
+        assert [t["pos"] for t in rollout["tokens"]] == shown
+        assert sum(rollout["omitted"]) == length - len(shown)
+        for token in rollout["tokens"]:
+            i = token["pos"]
+            assert token["id"] == record["response_ids"][i]
+            assert token["rewards"] == pytest.approx(record["rewards"][i], rel=1e-5, abs=1e-6)
+            assert token["advantages"] == pytest.approx(record["advantages"][i], rel=1e-5, abs=1e-6)
+
+
+WANDB_BLOCK, WANDB_HEADER = 32768, 7
+
+
+def _wandb_records(path: Path):
+    """The raw records of a wandb transaction log (`run-<id>.wandb`: LevelDB's log format behind a 7-byte header,
+    32 KiB blocks, records split FULL/FIRST/MIDDLE/LAST)."""
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", data[:7]
+    pos, pending = WANDB_HEADER, b""
+    while pos + WANDB_HEADER <= len(data):
+        left = WANDB_BLOCK - pos % WANDB_BLOCK
+        if left < WANDB_HEADER:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + WANDB_HEADER])
+        if kind == 0:
+            pos += left
+            continue
+        chunk = data[pos + WANDB_HEADER:pos + WANDB_HEADER + length]
+        pos += WANDB_HEADER + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            yield pending
+            pending = b""
+
+
+def wandb_history(wandb_dir: Path) -> tuple[Path, dict[int, dict]]:
+    """(the run's folder, {step: every item logged at it}) of the one offline wandb run under `wandb_dir`."""
+    from wandb.proto import wandb_internal_pb2
+
+    (run_file,) = Path(wandb_dir).glob("wandb/offline-run-*/run-*.wandb")
+    steps: dict[int, dict] = {}
+    for raw in _wandb_records(run_file):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") != "history":
+            continue
+        items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+        steps.setdefault(int(items["_step"]), {}).update(items)
+    return run_file.parent, steps
+
+
+def wandb_panels(wandb_dir: Path) -> dict[int, dict]:
+    """{step: {"html": the panel's page, "histograms": {key: (values, bins)}}} of an offline wandb run."""
+    run, history = wandb_history(wandb_dir)
+    out = {}
+    for step, items in history.items():
+        if items.get(f"{panels.PANEL_KEY}/_type") == "html-file":
+            histograms = {key: (items[f"{key}/values"], items[f"{key}/bins"])
+                          for key in panels.HISTOGRAM_KEYS.values() if items.get(f"{key}/_type") == "histogram"}
+            page = (run / "files" / items[f"{panels.PANEL_KEY}/path"]).read_text()
+            out[step] = {"html": page, "histograms": histograms}
+    return out
+
+
+def tensorboard_panels(logdir: Path) -> tuple[dict[int, str], dict[str, dict[int, object]], set[str]]:
+    """({step: Markdown panel}, {histogram tag: {step: HistogramValue}}, scalar tags) of TensorBoard's event files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0, "histograms": 0, "scalars": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    texts = {e.step: e.tensor_proto.string_val[0].decode() for tag in tags["tensors"]
+             if tag.startswith(panels.PANEL_KEY) for e in acc.Tensors(tag)}
+    histograms = {tag: {e.step: e.histogram_value for e in acc.Histograms(tag)} for tag in tags["histograms"]}
+    return texts, histograms, set(tags["scalars"])
+
+
+@contextlib.contextmanager
+def offline_trackers(tmp_path: Path, monkeypatch, backends: list[str]):
+    """verl's own `Tracking` of `backends`, wandb offline under `tmp_path`, TensorBoard in `tmp_path`/tb; on exit
+    finished and wandb's service torn down (an offline run's file is complete only then; the next run in this
+    process reads its own WANDB_DIR)."""
+    import wandb
+    from verl.utils.tracking import Tracking
+
+    environ = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+               "TENSORBOARD_DIR": str(tmp_path / "tb"), "VERL_FILE_LOGGER_PATH": str(tmp_path / "metrics.jsonl")}
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    wandb.teardown()
+    trackers = Tracking("verl_bot_test", tmp_path.name, backends)
+    try:
+        yield trackers
+    finally:
+        trackers.finish()
+        wandb.teardown()
+
+
+# ------------------------------------------------------------------------------------------- knobs
+def test_the_knobs_defaults_and_refusals():
+    assert panels.panel_settings({}) == panels.PanelSettings(10, 4, 256)
+    assert panels.panel_settings({"token_panel_every": 0, "token_panel_tokens": 0}).every == 0
+    for knob, value in (("token_panel_every", -1), ("token_panel_rollouts", 0), ("token_panel_tokens", 2.5),
+                        ("token_panel_every", "often"), ("token_panel_rollouts", True)):
+        with pytest.raises(ValueError, match=f"algorithm.{knob}"):
+            panels.panel_settings({knob: value})
+
+
+def test_the_logged_steps_are_the_first_every_nth_and_the_last():
+    assert [s for s in range(1, 26) if panels.logged_step(s, 25, 10)] == [1, 10, 20, 25]
+    assert [s for s in range(1, 5) if panels.logged_step(s, 4, 2)] == [1, 2, 4]
+    assert not any(panels.logged_step(s, 25, 0) for s in range(1, 26))
+
+
+def test_a_panel_takes_whole_groups_in_prompt_order_then_cuts():
+    uids = ["b", "a", "b", "c", "a", "b"]
+    prompts = ["zeta", "alpha", "zeta", "beta", "alpha", "zeta"]
+    assert panels.chosen_rows(uids, prompts, 3) == [1, 4, 3]  # group a (alpha) whole, then c (beta)
+    assert panels.chosen_rows(uids, prompts, 100) == [1, 4, 3, 0, 2, 5]
+    assert shown_tokens(10, 4) == [0, 1, 8, 9] and shown_tokens(10, 5) == [0, 1, 2, 8, 9]
+    assert shown_tokens(3, 4) == [0, 1, 2] and shown_tokens(3, 0) == [0, 1, 2]
+
+
+# ------------------------------------------------------------------------------------------- panels
+def test_the_html_panel_is_the_reports_view_of_the_records(records):
+    page = panels.panel_html(20, "bot", records[:6], 10)
+    rollouts, scales = html_panel(page)
+    assert scales == token_scales(records[:6])  # the report's rule, over the rollouts shown
+    check_panel(rollouts, records[:6], 10)
+    assert [r["key"] for r in rollouts] == [r["key"] for r in records[:6]]
+    for token in (t for r in rollouts for t in r["tokens"]):
+        for quantity, scale in scales.items():
+            assert token[quantity + "_bg"] == "rgb({},{},{})".format(*colour(token[quantity], scale))
+    assert "Token credit at step 20 (bot)" in page and page.count('<div class="prompt">') == 2  # two groups
+    assert all(r["omitted"] == [14] for r in rollouts)  # 24 tokens, 10 shown
+
+
+def test_the_markdown_panel_holds_the_shown_tokens_and_tensorboard_renders_it(records):
+    from tensorboard import plugin_util
+
+    text = panels.panel_markdown(20, "bot", records[:6], 10)
+    rollouts = markdown_panel(text)
+    check_panel(rollouts, records[:6], 10)
+    scales = token_scales(records[:6])
+    for token in (t for r in rollouts for t in r["tokens"]):
+        assert token["squares"] == (panels.squares(token["rewards"], scales["rewards"]),
+                                    panels.squares(token["advantages"], scales["advantages"]))
+    rendered = plugin_util.markdown_to_safe_html(text)
+    assert rendered.count("<table>") == 6 and rendered.count("<tr>") == 6 * (1 + 10 + 1)
+    # a token's text as the report shows it, whatever Markdown would read in it
+    tricky = {**records[0], "token_bytes": [b.hex() for b in (b"a|b", b"*x_", b"<i>", b"\\`#")], "special": [False] * 4,
+              "response_ids": [1, 2, 3, 4], "rewards": [0.0] * 4, "advantages": [0.0] * 4}
+    cells = re.findall(r"<tr>\n<td>\d</td>\n<td>(.*?)</td>", plugin_util.markdown_to_safe_html(
+        panels.panel_markdown(1, "bot", [tricky], 0)))
+    assert [html.unescape(c) for c in cells] == ["a|b", "*x_", "<i>", "\\`#"]
+
+
+def test_squares_are_the_reports_colour_scale_in_quarters():
+    assert panels.squares(1.0, 1.0) == "\U0001f7e6" * 4 and panels.squares(-5.0, 2.0) == "\U0001f7e5" * 4
+    assert panels.squares(0.5, 1.0) == "\U0001f7e6" * 2 and panels.squares(-0.3, 1.0) == "\U0001f7e5"
+    assert panels.squares(0.1, 1.0) == "" and panels.squares(0.0, 1.0) == ""
+
+
+# --------------------------------------------------------------------------------------- histograms
+def test_histograms_count_every_finite_value():
+    values = np.array([0.0, 1.0, 1.0, 2.0, np.nan, np.inf, -1.0])
+    h = panels.histogram(values, bins=3)
+    assert h.counts.tolist() == [1, 1, 3] and h.edges.tolist() == [-1.0, 0.0, 1.0, 2.0]
+    assert (h.num, h.total, h.total_squares, h.low, h.high) == (5, 3.0, 7.0, -1.0, 2.0)
+    assert panels.histogram(np.array([np.nan])) is None
+    assert panels.histogram(np.zeros(7)).counts.sum() == 7  # one value: numpy's unit range around it
+
+
+def test_s_t_undoes_the_managers_composition():
+    rng = np.random.default_rng(0)
+    scores, lengths = np.array([0.5, -1.0, 3.0]), np.array([4, 1, 6])
+    local = [rng.uniform(-1, 1, n) for n in lengths]
+    rewards = np.concatenate([compose_token_rewards(g, s, 1.0, 0.5) for g, s in zip(scores, local, strict=True)])
+    got = panels.local_signal(rewards.astype(np.float32), scores, lengths, 1.0, 0.5)
+    np.testing.assert_allclose(got, np.concatenate(local), atol=1e-6)
+
+
+def test_the_steps_token_values_leave_out_padding_rows_and_masked_tokens():
+    """As TransferQueue gives the columns back: nested (jagged) rows of the response length, or padded (B, T)."""
+    lengths = [3, 2, 4]
+    rewards = [torch.tensor([1.0, 1.5, 1.0]), torch.tensor([2.0, 2.0]), torch.tensor([9.0, 9.0, 9.0, 9.0])]
+    advantages = [torch.tensor([0.1, 0.2, 0.3]), torch.tensor([-0.5, -0.5]), torch.tensor([7.0] * 4)]
+    masks = [torch.tensor([1, 1, 0]), torch.tensor([1, 1]), torch.tensor([1, 1, 1, 1])]
+    infos = [{"reward_extra_info": {"score": 1.0}}, {"reward_extra_info": {"score": 2.0}}, {}]
+    padded = {name: torch.stack([torch.nn.functional.pad(r, (0, 4 - len(r))) for r in rows])
+              for name, rows in (("rm_scores", rewards), ("advantages", advantages), ("response_mask", masks))}
+    nested = {name: torch.nested.nested_tensor(rows, layout=torch.jagged)
+              for name, rows in (("rm_scores", rewards), ("advantages", advantages), ("response_mask", masks))}
+    assert tracker_panel.row_lengths(nested["response_mask"]) == lengths
+    for data in (padded, nested):
+        values = tracker_panel.step_values({**data, "extra_fields": infos}, [False, False, True], (1.0, 0.5))
+        assert values["rewards"].tolist() == [1.0, 1.5, 2.0, 2.0]  # row 0's masked token and row 2 left out
+        assert values["advantages"].tolist() == pytest.approx([0.1, 0.2, -0.5, -0.5])
+        assert values["local"].tolist() == [0.0, 1.0, 0.0, 0.0]  # (r - 1.0 * G) / 0.5
+    assert "local" not in tracker_panel.step_values(padded, [False, False, True], None)
+
+
+# ----------------------------------------------------------------------------------- real trackers
+def test_the_senders_write_real_tracker_files_read_back_equal(records, tmp_path, monkeypatch):
+    """wandb (offline) and TensorBoard, through verl's own `Tracking` (its wandb module, its SummaryWriter)."""
+    with offline_trackers(tmp_path, monkeypatch, ["wandb", "tensorboard"]) as trackers:
+        values = {"rewards": np.array([r for rec in records for r in rec["rewards"]]),
+                  "advantages": np.array([a for rec in records for a in rec["advantages"]])}
+        histograms = panels.step_histograms(values)
+        shown = tracker_panel.showing_trackers(type("T", (), {"logger": trackers})())
+        assert sorted(shown) == ["tensorboard", "wandb"]
+        tracker_panel.send_wandb(shown["wandb"], 20, panels.panel_html(20, "bot", records[:6], 10), histograms)
+        tracker_panel.send_tensorboard(shown["tensorboard"].writer, 20,
+                                       panels.panel_markdown(20, "bot", records[:6], 10), histograms)
+        trackers.log({"reward/score/mean": 0.5}, step=20)  # verl's scalars of the same step
+    shown_panels = wandb_panels(tmp_path)
+    assert list(shown_panels) == [20]
+    check_panel(html_panel(shown_panels[20]["html"])[0], records, 10)
+    counts, bins = shown_panels[20]["histograms"]["verl_bot/A_t"]
+    assert sum(counts) == len(values["advantages"]) and bins[0] == pytest.approx(values["advantages"].min())
+    assert set(shown_panels[20]["histograms"]) == {"verl_bot/r_t", "verl_bot/A_t"}
+    texts, tb_histograms, scalars = tensorboard_panels(tmp_path / "tb")
+    check_panel(markdown_panel(texts[20]), records, 10)
+    a_t = tb_histograms["verl_bot/A_t"][20]
+    assert a_t.num == len(values["advantages"]) and a_t.sum == pytest.approx(values["advantages"].sum())
+    assert list(a_t.bucket) == histograms["verl_bot/A_t"].counts.tolist()
+    assert scalars == {"reward/score/mean"}

@@ -1,0 +1,162 @@
+"""End-to-end: per-turn credit through verl's `ToolAgentLoop` on the CPU (the `toy_calc` task, one trainer start).
+
+verl 0.9.1's real trainer (hf rollout, 2 steps) with `multi_turn.enable=true`, the `calc` function tool
+(`verl_bot/cpu/calc_tool.py`), a tiny model warm-started to call it (`--warm-start toy_calc`) and the built-in
+per-turn scorer `builtin:toy_calc`. A probe loaded through verl's `VERL_USE_EXTERNAL_MODULES` records, at verl's
+advantage step, every row's response ids, response mask, token rewards and advantages. The test then checks:
+
+- some rollout called the tool and answered after its reply: its mask runs 1 -> 0 -> 1;
+- each turn's mask-1 tokens (its EOS included) carry w_g * G + w_s * clip(v_turn), where G and v_turn are what the
+  scorer gives the rollout recomputed offline from its ids (`token_char_spans`, `turn_layout`, `toy_calc`);
+- the advantage is 0 on every mask-0 token, and equals a fresh `bot_advantage(rewards, mask, uid)` everywhere;
+- two turns of one rollout with differing values get differing advantages.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.e2e.test_cpu_e2e import Run
+
+pytestmark = pytest.mark.timeout(900)
+
+ROOT = Path(__file__).resolve().parents[2]
+W_LOCAL = 0.7  # w_s != 1, so that a value that skipped the weight shows
+
+PROBE = '''
+"""Test probe: what the bot manager scored (ids, mask, token rewards) and verl's advantage step's rows."""
+import json, os
+import verl_bot.plugin
+verl_bot.plugin.register()
+from verl.trainer.ppo.v1 import trainer_base
+from verl_bot.rewards import manager
+from verl_bot.credit.turns import MASK_KEY
+
+
+def _write(record):
+    with open(os.environ["VB_PROBE_FILE"], "a") as f:
+        f.write(json.dumps(record) + "\\n")
+
+
+_run_single = manager.BoTRewardManager.run_single
+
+
+async def run_single_probe(self, data):
+    out = await _run_single(self, data)
+    item = data[-1]
+    fields = item.non_tensor_batch.get("tool_extra_fields") or {}
+    _write({"scored": True, "prompt": item.batch["prompts"].tolist(), "responses": item.batch["responses"].tolist(),
+            "mask": fields.get(MASK_KEY), "rewards": out["reward_score"]})
+    return out
+
+
+manager.BoTRewardManager.run_single = run_single_probe
+_advantage_step = trainer_base.compute_advantage_for_multi_trajectories
+
+
+def advantage_step_probe(data, *args, **kwargs):
+    out = _advantage_step(data, *args, **kwargs)
+    _write({"uid": [str(u) for u in out.non_tensor_batch["uid"]], "mask": out.batch["response_mask"].tolist(),
+            "rewards": out.batch["token_level_rewards"].tolist(), "advantages": out.batch["advantages"].tolist()})
+    return out
+
+
+trainer_base.compute_advantage_for_multi_trajectories = advantage_step_probe
+'''
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A toy_calc warm-started tiny model, toy_calc parquet files and the probe module."""
+    import pandas as pd
+
+    from recipes.data.toy_calc import rows
+    from verl_bot.cpu.tiny_model import build_model
+
+    root = tmp_path_factory.mktemp("e2e_tool")
+    build_model(root / "model", warm_start="toy_calc", warm_start_kwargs={"steps": 300})
+    pd.DataFrame(rows(32, 0, "train")).to_parquet(root / "train.parquet")
+    pd.DataFrame(rows(8, 1, "test")).to_parquet(root / "val.parquet")
+    (root / "probe").mkdir()
+    (root / "probe" / "vb_probe.py").write_text(PROBE)
+    return root
+
+
+def offline_token_rewards(tokenizer, prompt_ids: list[int], ids: list[int], mask: list[int]) -> np.ndarray:
+    """What the rollout's tokens should carry, recomputed here from its ids: w_g * G on every token plus
+    w_s * clip(v_turn) on the generated tokens of each turn, G and v_turn toy_calc's."""
+    from verl_bot.credit.spans import token_char_spans
+    from verl_bot.credit.turns import turn_ids, turn_layout
+    from verl_bot.rewards.builtin import PROBLEM, toy_calc
+    from verl_bot.rewards.calc import evaluate
+
+    prompt = tokenizer.decode(prompt_ids, skip_special_tokens=True)
+    truth = evaluate(PROBLEM.search(prompt).group(1))
+    text, spans = token_char_spans(tokenizer, ids)
+    verdict = toy_calc(prompt, text, truth, None, turns=turn_layout(mask, spans) if 0 in mask else None)
+    value = dict.fromkeys(range(int(turn_ids(mask).max()) + 1), 0.0)
+    for entry in verdict["turns"]:
+        value[entry["turn"]] += entry["value"]
+    g = verdict["global"]["score"]
+    return np.array([(g + W_LOCAL * np.clip(value[t], -1, 1)) if m else g
+                     for t, m in zip(turn_ids(mask), mask, strict=True)])
+
+
+def test_tool_agent_loop_gets_per_turn_rewards_and_bot_advantages(workdir):
+    from transformers import AutoTokenizer
+
+    from verl_bot.advantage.bot import bot_advantage
+    from verl_bot.credit.turns import turn_count, turn_ids
+
+    run = Run(workdir, "tool", [
+        "algorithm.adv_estimator=bot",
+        "reward.reward_manager.name=bot",
+        f"+reward.reward_kwargs.bot.w_local={W_LOCAL}",
+        "data.max_response_length=96",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+        "actor_rollout_ref.rollout.multi_turn.enable=true",
+        "actor_rollout_ref.rollout.multi_turn.format=hermes",
+        f"actor_rollout_ref.rollout.multi_turn.function_tool_path={ROOT / 'verl_bot' / 'cpu' / 'calc_tool.py'}",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+    ]).finish(timeout=600)
+    records = [json.loads(line) for line in run.probe.read_text().splitlines() if line.strip()]
+    scored = [r for r in records if r.get("scored")]
+    steps = [r for r in records if "advantages" in r]
+    assert scored and len(steps) == 2, run.output(4000)
+    tokenizer = AutoTokenizer.from_pretrained(workdir / "model")
+
+    # the manager: each turn's generated tokens carry w_g * G + w_s * clip(v_turn), recomputed offline from the ids
+    two_turn = 0
+    for row in scored:
+        assert row["mask"] is not None and len(row["mask"]) == len(row["responses"]) == len(row["rewards"])
+        expected = offline_token_rewards(tokenizer, row["prompt"], row["responses"], row["mask"])
+        np.testing.assert_allclose(row["rewards"], expected, atol=1e-6)
+        two_turn += turn_count(row["mask"]) >= 2 and row["mask"][0] == 1 and 0 in row["mask"]
+    assert two_turn > 0, "no rollout called the tool and answered after its reply (a 1 -> 0 -> 1 mask)"
+
+    # verl's advantage step: those rows, 0 on tool context, BoT's advantages; differing turn values differ in A
+    differing = 0
+    for step in steps:
+        rewards, mask = torch.tensor(step["rewards"]), torch.tensor(step["mask"])
+        advantages = torch.tensor(step["advantages"])
+        expected = bot_advantage(rewards, mask, np.array(step["uid"], dtype=object))
+        torch.testing.assert_close(advantages, expected.to(advantages.dtype), atol=1e-5, rtol=1e-5)
+        assert (advantages[mask == 0] == 0).all(), "a tool-context token got an advantage"
+        for r, m, a in zip(rewards.numpy(), mask.numpy(), advantages.numpy(), strict=True):
+            length = int(np.flatnonzero(m).max()) + 1 if m.any() else 0
+            m, r, a = m[:length].astype(int), r[:length], a[:length]
+            assert any(np.allclose(r, s["rewards"], atol=1e-6) for s in scored if len(s["rewards"]) == length)
+            if turn_count(m) < 2:
+                continue
+            turns, gen = turn_ids(m), m == 1
+            per_turn = sorted({t: (round(float(r[gen & (turns == t)][0]), 6), float(a[gen & (turns == t)][0]))
+                               for t in set(turns[gen].tolist())}.values())
+            if len({v for v, _ in per_turn}) > 1:
+                assert len({adv for _, adv in per_turn}) > 1, "differing turn values, equal advantages"
+                differing += 1
+    assert differing > 0, "no rollout whose turns got differing values"

@@ -1,0 +1,241 @@
+"""docs/knobs.md against the code's own settings: a knob cannot exist without its row, nor a row without its knob.
+
+The knobs, read from the code (`ast` for what a function reads, the settings classes for the rest):
+
+- `+algorithm.<name>`: the fields of `PassSettings`, `VPSSettings`, `GrailSettings` (with their `pass_`, `vps_`,
+  `grail_` prefixes), ReCo's `KNOBS` (estimator and loss), the token-report keys, the token panel's `KNOBS`
+  (`verl_bot.observe.panels`), and every `.get("<name>", ...)` in verl_bot/ whose name starts with an estimator's or
+  loss's prefix (`bot_options`, PURE's adapter, ...);
+- `+reward.reward_kwargs.bot.<name>`: the manager's `DEFAULTS`, `scorers`, and `prm.<name>` for the PRM's
+  (`verl_bot.rewards.prm.DEFAULTS`; a default of None or with a newline is stated in words);
+- environment variables: the values of verl_bot/'s `*_ENV` / `*_ENVS` constants and every literal name it reads
+  from `os.environ`, but the process variables in `NOT_SETTINGS`.
+
+Where the code has a default (a settings class, `DEFAULTS`, a `.get(name, default)`), the row's default is it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import fnmatch
+import re
+from pathlib import Path
+
+from verl_bot.advantage import pass_, reco, vps
+from verl_bot.advantage.grail import GrailSettings
+from verl_bot.launch.activation import KNOB_PREFIXES
+from verl_bot.losses import reco as reco_loss
+from verl_bot.observe import panels, token_records
+from verl_bot.rewards import prm
+from verl_bot.rewards.settings import DEFAULTS
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "knobs.md"
+MANAGER = "reward.reward_kwargs.bot."
+NOT_SETTINGS = {  # read or set by verl-bot, but not a setting of it
+    "RANK": "the process's rank, set by the launcher",
+    "CUDA_VISIBLE_DEVICES": "the devices a worker sees, set by Ray",
+    "PYTHONUNBUFFERED": "set by the demo's console for its log, never read",
+    "VERL_LOGGING_LEVEL": "verl's own; the default of VERL_BOT_LOG_LEVEL, in that row",
+}
+ENV_SUFFIXES = ("_ENV", "_ENVS")
+UNSET = object()  # a knob whose default the code does not state as a constant
+
+
+def _trees() -> dict[Path, ast.Module]:
+    return {p: ast.parse(p.read_text()) for p in sorted((ROOT / "verl_bot").rglob("*.py"))}
+
+
+def _value(node: ast.AST, constants: dict[str, object]) -> object:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        return -node.operand.value
+    return constants.get(getattr(node, "id", None), UNSET)
+
+
+def _module_constants(tree: ast.Module) -> dict[str, object]:
+    return {
+        t.id: _value(n.value, {})
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name) and _value(n.value, {}) is not UNSET
+    }
+
+
+def read_knobs() -> dict[str, object]:
+    """`<name>` -> default of every `.get("<name>", default)` in verl_bot/ whose name has a knob prefix."""
+    found: dict[str, object] = {}
+    for tree in _trees().values():
+        constants = _module_constants(tree)
+        for node in ast.walk(tree):
+            func = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and getattr(func, "attr", getattr(func, "id", None)) == "get" and node.args:
+                name = _value(node.args[0], constants)
+                if isinstance(name, str) and name.startswith(KNOB_PREFIXES):
+                    found.setdefault(name, _value(node.args[1], constants) if len(node.args) > 1 else UNSET)
+    return found
+
+
+def _fields(cls: type, prefix: str) -> dict[str, object]:
+    return {f"{prefix}{f.name}": f.default for f in dataclasses.fields(cls)}
+
+
+def algorithm_knobs() -> dict[str, object]:
+    """`+algorithm.<name>` knob -> its default in the code (UNSET where it is computed)."""
+    return {
+        **read_knobs(),
+        **_fields(pass_.PassSettings, pass_.KNOB_PREFIX),
+        **_fields(vps.VPSSettings, vps.KNOB_PREFIX),
+        **_fields(GrailSettings, "grail_"),
+        **dict.fromkeys((*reco.KNOBS, *reco_loss.KNOBS), UNSET),
+        token_records.STEPS_KEY: UNSET,
+        token_records.GROUPS_KEY: token_records.DEFAULT_GROUPS,
+        token_records.DIR_KEY: UNSET,
+        **panels.KNOBS,
+    }
+
+
+def manager_knobs() -> dict[str, object]:
+    prm_knobs = {f"prm.{k}": UNSET if v is None or "\n" in str(v) else v for k, v in prm.DEFAULTS.items()}
+    return {**DEFAULTS, "scorers": UNSET, **prm_knobs}
+
+
+def manager_knob(key: str) -> str:
+    """The manager knob a key under `reward.reward_kwargs.bot.` sets: its first part (`scorers.<data_source>` is
+    `scorers`), its first two under `prm`."""
+    parts = key.split("=")[0].split(".")
+    return ".".join(parts[:2] if parts[0] == "prm" else parts[:1])
+
+
+def environment_variables() -> set[str]:
+    """The variables verl_bot/ names in `*_ENV(S)` constants or reads by a literal name, less NOT_SETTINGS."""
+    readers = ("os.environ.get", "os.getenv", "os.environ.setdefault")
+    found = set()
+    for tree in _trees().values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "").endswith(ENV_SUFFIXES) for t in node.targets):
+                found |= {n.value for n in ast.walk(node.value) if isinstance(n, ast.Constant)}
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in readers and node.args:
+                found |= {node.args[0].value} if isinstance(node.args[0], ast.Constant) else set()
+    return found - set(NOT_SETTINGS)
+
+
+# ------------------------------------------------------------------------------------------ the page
+def _section(title: str) -> list[str]:
+    text = PAGE.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else len(text)].splitlines()
+
+
+def rows(title: str) -> dict[str, str]:
+    """First-cell name -> default cell of the table under `## title` (a cell naming two knobs gives two rows,
+    with the defaults in the same order)."""
+    found = {}
+    for line in _section(title):
+        if not line.startswith("| `"):
+            continue
+        first, default = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:3]]
+        names, defaults = re.findall(r"`([^`]+)`", first), re.findall(r"`[^`]*`", default)
+        parent = names[0].rsplit(".", 1)[0] + "." if "." in names[0] else ""
+        for i, name in enumerate(names):
+            cell = defaults[i] if len(names) > 1 and len(defaults) == len(names) else default
+            found[name if "." in name or not parent else parent + name] = cell
+    return found
+
+
+def hydra_rows() -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """The Hydra table split: (`+algorithm.*` knobs, `+reward.reward_kwargs.bot.*` knobs, verl's own keys)."""
+    knobs, manager, verl = {}, {}, {}
+    for key, default in rows("Hydra keys").items():
+        if key.startswith("+algorithm."):
+            knobs[key.removeprefix("+algorithm.")] = default
+        elif key.startswith("+" + MANAGER):
+            manager[manager_knob(key.removeprefix("+" + MANAGER))] = default
+        else:
+            verl[key] = default
+    return knobs, manager, verl
+
+
+def _literal(cell: str) -> object:
+    """The default a cell states first: `true`/`false`, a number, else the text in its first backticks."""
+    text = (re.findall(r"`([^`]*)`", cell) or [cell])[0]
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _same(code: object, cell: str) -> bool:
+    stated = _literal(cell)
+    if isinstance(code, bool) or isinstance(stated, bool):
+        return code is stated
+    if isinstance(code, int | float) and isinstance(stated, float):
+        return float(code) == stated
+    return str(code) == str(stated)
+
+
+def test_every_algorithm_knob_has_its_row_and_every_row_its_knob():
+    code, (page, _, _) = algorithm_knobs(), hydra_rows()
+    assert len(code) >= 35  # bot, pure, pass, reco, vps, grail and the token report
+    assert sorted(set(code) - set(page)) == [], "knobs without a row in docs/knobs.md"
+    assert sorted(set(page) - set(code)) == [], "rows of docs/knobs.md without a knob in the code"
+
+
+def test_every_manager_knob_has_its_row_and_every_row_its_knob():
+    _, page, _ = hydra_rows()
+    assert set(page) == set(manager_knobs())
+
+
+def test_the_rows_defaults_are_the_codes():
+    knobs, manager, _ = hydra_rows()
+    stated = [(name, default, knobs.get(name, "(no row)")) for name, default in algorithm_knobs().items()
+              if default is not UNSET]
+    stated += [(name, default, manager.get(name, "(no row)")) for name, default in manager_knobs().items()
+               if default is not UNSET]
+    assert len(stated) >= 35
+    wrong = [f"{name}: code {default!r}, page {cell!r}" for name, default, cell in stated if not _same(default, cell)]
+    assert not wrong, "defaults that differ:\n" + "\n".join(wrong)
+
+
+def test_verls_own_keys_in_the_table_are_not_knobs_of_ours():
+    _, _, verl = hydra_rows()
+    assert set(verl) == {"algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo"}
+
+
+def test_every_environment_variable_has_its_row():
+    page = set(rows("Environment variables"))
+    code = environment_variables()
+    assert {"VERL_PLATFORM", "REWARD_SERVER_TOKEN", "VERL_BOT_WEIGHT_SYNC_TIMEOUT_S", "VERL_BOT_LOG_LEVEL"} <= code
+    missing = [name for name in sorted(code) if not any(fnmatch.fnmatchcase(name, row) for row in page)]
+    assert not missing, "environment variables without a row in docs/knobs.md"
+    source = "\n".join(p.read_text() for p in (ROOT / "verl_bot").rglob("*.py"))
+    unread = [row for row in sorted(page) if row.rstrip("*") not in source]
+    assert not unread, "rows for variables verl_bot/ never names"
+
+
+def test_each_method_in_the_algorithms_page_has_its_knobs_beside_it():
+    """docs/ALGORITHMS.md: the knob tables of each method's section name exactly its knobs (with their sources)."""
+    named = set()
+    for line in (ROOT / "docs/ALGORITHMS.md").read_text().splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            named |= {t.removeprefix("+algorithm.") for t in re.findall(r"`([^`]+)`", re.split(r"(?<!\\)\|", line)[1])}
+    code = algorithm_knobs()
+    for prefix in ("bot_", "pure_", "pass_", "reco_", "vps_", "grail_"):
+        assert {n for n in named if n.startswith(prefix)} == {n for n in code if n.startswith(prefix)}, prefix
+
+
+def test_the_reading_sees_what_it_is_for():
+    """A `.get` with a module constant as its default, a settings class's field, a computed default."""
+    code = algorithm_knobs()
+    assert code["bot_epsilon"] == 1e-6 and code["bot_broadcast_scalar"] is False  # bot_options, compute_bot_advantage
+    assert code["pure_temperature"] == 0.1 and code["pure_step_scale"] == 1.0  # pure's adapter
+    assert code["vps_std_floor"] == 0.05 and code["grail_answer"] == "auto" and code["pass_min_chunk"] == 1
+    assert code["reco_rvar_cap"] is UNSET  # the actor's clip_ratio_c
+    assert _same(1e-6, "`1e-6`") and _same(True, "`true`") and not _same(0.5, "`5.0`") and _same("auto", "`auto`")
+    assert not _same(False, "`0`") and _same(8, "`8` (`cpu_train.sh`: 4)")

@@ -1,0 +1,219 @@
+"""Named per-token reward streams next to the composed token rewards (the carrier for estimators such as PURE).
+
+`token_level_rewards` holds ONE summed vector `r_t = w_g * G + w_s * S_t`. Some
+estimators need the parts apart: PURE wants the process signal per step and
+the verifiable outcome at EOS; PASS standardizes process, outcome and format
+separately. So the `bot` reward manager can send, next to the composed
+vector, these streams (each one float per response token):
+
+    global    G (the global score, shaping included) on the last token, 0 elsewhere
+    local     S_t, the scorer's local signal of each token (no weight applied)
+    step_end  1 on the last token of every step, 0 elsewhere: a step ends with a
+              blank line ("\\n\\n", or more newlines) and the last token ends the last step
+    outcome   the verifiable outcome on the last token (1 solved, 0 not), 0 elsewhere;
+              read from the verdict's `info`: the first of `solved`, `correct` (math),
+              `compiled` (React) that is present; a failed scorer or an item with
+              an `error` is 0; none of them present -> NaN (the estimator says so)
+    format    the verdict's `global.parts["format"]` on the last token (the math server's
+              format bonus/penalty), 0 elsewhere; 0 when the scorer reports no such part
+              (toy_lint, React), failed or flagged an `error`
+
+"The last token" is the response's last token, which a multi-turn rollout's mask may leave out (a
+rollout truncated inside a tool observation): estimators read `global`, `outcome` and `format` with
+`response_value`, which finds the value wherever it was written.
+
+How they travel (only when the configured estimator declared them, so other
+runs carry nothing extra):
+
+1. the manager returns `reward_score = {"token_rewards": [...], "streams": {name: [...]}}`;
+2. `verl_bot.credit.dense` stores `token_rewards` as `rm_scores` and each stream as a
+   TransferQueue field `bot_stream_<name>` of the trajectory;
+3. `verl_bot.hooks.v1.compute_advantage` (a wrapper of the v1 trainer's
+   `PPOTrainer._compute_advantage`) fetches the declared fields for the batch,
+   pads them like verl pads `rm_scores`, and puts them in the active batch
+   context (`verl_bot.credit.context`) while verl's own method runs;
+4. the estimator's verl adapter reads them with `active_streams(...)`.
+
+A new stream-consuming estimator is one pure tensor function plus its row in
+`verl_bot.advantage.ESTIMATORS` (which declares its streams here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_bot.credit.context import BatchContext, current, use_context
+from verl_bot.errors import VerlBotConfigError
+
+STREAMS = ("global", "local", "step_end", "outcome", "format")
+FIELD_PREFIX = "bot_stream_"
+OUTCOME_KEYS = ("solved", "correct", "compiled")
+FORMAT_PART = "format"
+
+_STEP_SEPARATOR = re.compile(r"\n\n+")
+_consumers: dict[str, tuple[str, ...]] = {}
+
+
+class StreamsUnavailable(RuntimeError):
+    """An estimator needs reward streams that did not reach it."""
+
+
+# ---- which estimator needs which streams --------------------------------------------------------
+
+
+def declare_streams(estimator: str, names: Sequence[str]) -> None:
+    """Record that `estimator` reads the streams `names` (a subset of STREAMS); an empty `names` records none."""
+    unknown = set(names) - set(STREAMS)
+    if unknown:
+        raise ValueError(f"unknown reward streams {sorted(unknown)}; known: {STREAMS}")
+    if names:
+        _consumers[estimator] = tuple(names)
+
+
+def streams_for(estimator: Any) -> tuple[str, ...]:
+    """The streams the estimator named `estimator` declared (empty for every other estimator)."""
+    return _consumers.get(str(getattr(estimator, "value", estimator)), ())
+
+
+# ---- building the streams of one response (reward manager side) ---------------------------------
+
+
+def verdict_outcome(verdict: Mapping[str, Any], failed: bool) -> float:
+    """1.0 / 0.0 for a solved / unsolved response, NaN when the verdict's `info` has no outcome key."""
+    if failed or verdict.get("error") is not None:
+        return 0.0
+    info = verdict.get("info") or {}
+    for key in OUTCOME_KEYS:
+        if key in info:
+            return float(bool(info[key]))
+    return math.nan
+
+
+def verdict_format(verdict: Mapping[str, Any], failed: bool) -> float:
+    """The verdict's format part (`global.parts["format"]`), 0.0 when absent, the scorer failed or the item errored."""
+    if failed or verdict.get("error") is not None:
+        return 0.0
+    parts = (verdict.get("global") or {}).get("parts") or {}
+    return float(parts.get(FORMAT_PART, 0.0))
+
+
+def step_end_mask(token_spans: np.ndarray, text: str) -> np.ndarray:
+    """1.0 on the token that completes each blank-line separator and on the last token.
+
+    Args:
+        token_spans: (n, 2) `[start, end)` characters of each token (`spans.token_char_spans`).
+        text: the response text the spans index.
+
+    Returns:
+        (n,) float64 mask.
+    """
+    mask = np.zeros(len(token_spans), dtype=np.float64)
+    if len(token_spans) == 0:
+        return mask
+    last_chars = np.array([m.end() - 1 for m in _STEP_SEPARATOR.finditer(text)], dtype=np.int64)
+    if last_chars.size:
+        owners = np.searchsorted(token_spans[:, 1], last_chars, side="right")  # first token ending after it
+        mask[owners[owners < len(token_spans)]] = 1.0
+    mask[-1] = 1.0
+    return mask
+
+
+def token_streams(
+    names: Sequence[str],
+    global_score: float,
+    local_values: np.ndarray,
+    token_spans: np.ndarray,
+    text: str,
+    outcome: float,
+    format_score: float = 0.0,
+) -> dict[str, list[float]]:
+    """The requested streams of one response, each a list of n floats (n = number of tokens).
+
+    Args:
+        names: which of STREAMS to build.
+        global_score: G. local_values: (n,) S_t. token_spans: (n, 2). text: the response text.
+        outcome: `verdict_outcome(...)`. format_score: `verdict_format(...)`.
+    """
+    n = len(local_values)
+    at_last = np.zeros(n, dtype=np.float64)
+
+    def on_last(value: float) -> np.ndarray:
+        row = at_last.copy()
+        if n:
+            row[-1] = value
+        return row
+
+    builders = {
+        "global": lambda: on_last(global_score),
+        "local": lambda: np.asarray(local_values, dtype=np.float64),
+        "step_end": lambda: step_end_mask(token_spans, text),
+        "outcome": lambda: on_last(outcome),
+        "format": lambda: on_last(format_score),
+    }
+    return {name: builders[name]().tolist() for name in names}
+
+
+# ---- carrying them: trajectory fields (used by verl_bot.hooks.v1.agent_loop_output) ----------------------------------
+
+
+def stream_fields(streams: Mapping[str, Sequence[float]], length: int) -> dict[str, torch.Tensor]:
+    """TransferQueue fields `bot_stream_<name>`: (length,) float32 tensors, checked against the response length."""
+    fields = {}
+    for name, values in streams.items():
+        row = torch.as_tensor(list(values), dtype=torch.float32)
+        if row.dim() != 1 or row.numel() != length:
+            raise VerlBotConfigError(
+                f"verl-bot reward stream {name!r}: {row.numel()} values for a response of {length} tokens"
+            )
+        fields[FIELD_PREFIX + name] = row
+    return fields
+
+
+# ---- feeding them to the estimator (trainer side) -----------------------------------------------
+
+
+def response_value(stream: torch.Tensor) -> torch.Tensor:
+    """(B, T) -> (B,): the one value a per-response stream (`global`, `outcome`, `format`) carries per row.
+
+    The manager writes it on the response's last token, which the response mask may not cover: a
+    multi-turn rollout truncated inside a tool observation ends in masked tokens. Every other entry of
+    the row is 0 (padding included), so the row's sum is that value wherever it sits (NaN stays NaN).
+    """
+    return stream.sum(dim=1)
+
+
+
+@contextlib.contextmanager
+def use_streams(streams: Mapping[str, torch.Tensor]) -> Iterator[None]:
+    """Make `streams` (name -> (B, T) tensor, rows in the batch's order) the active streams inside the block
+    (a batch context holding only them: for tests and scripts that call an estimator directly)."""
+    with use_context(BatchContext(streams=dict(streams))):
+        yield
+
+
+def active_streams(estimator: str, names: Sequence[str], response_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The active streams `names`, each (B, T) like `response_mask`, on its device; a clear error otherwise."""
+    ctx = current()
+    streams = ctx.streams if ctx is not None else {}
+    if any(name not in streams for name in names):
+        raise StreamsUnavailable(
+            f"adv_estimator={estimator} needs the reward streams {list(names)} of verl-bot's `bot` reward manager "
+            "(reward.reward_manager.name=bot, token_level true); they reach the estimator through verl's v1 trainer "
+            "(PPOTrainer._compute_advantage, wrapped by verl-bot). None are active here."
+        )
+    out = {}
+    for name in names:
+        tensor = streams[name]
+        if tensor.shape != response_mask.shape:
+            raise StreamsUnavailable(
+                f"reward stream {name!r} has shape {tuple(tensor.shape)}, the batch {tuple(response_mask.shape)}"
+            )
+        out[name] = tensor.to(response_mask.device)
+    return out

@@ -1,0 +1,99 @@
+"""Hook: `verl.experimental.agent_loop.agent_loop.AgentLoopOutput.as_dict` (dense rewards and streams).
+
+verl's v1 agent loop stores each trajectory with `AgentLoopOutput.as_dict()`,
+which builds `rm_scores` as zeros plus the scalar `reward_score` on the last
+token. The wrapper: when `reward_score` is dense (a list, or the
+`{"token_rewards", "streams"}` form of `verl_bot.credit.dense`), the row is that
+vector, and each named stream becomes one more trajectory field
+`bot_stream_<name>` (`verl_bot.credit.streams`). Everything else of the original
+method runs unchanged; a scalar `reward_score` takes verl's own path untouched,
+so every other reward manager behaves exactly as before.
+
+A multi-output agent loop's outputs share one `reward_score` (verl copies the
+last output's to the earlier ones): the manager's session form carries every
+output's rewards by a fingerprint of its ids (`verl_bot.credit.sessions`), and
+the wrapper takes this output's own. A missing fingerprint (ids changed after
+scoring), or a vector or stream of the wrong length, is a configuration
+error. Raising here would only tag the group "failure" and let training go on,
+so the row gets zeros and its `reward_extra_info` (a copy: multi-output rows
+share the dict) gets the `verl_bot.errors.FATAL_KEY` marker, which stops the
+run at the next sample (`verl_bot.hooks.v1.replay_buffer`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from verl_bot.credit.dense import dense_row, is_dense, split_reward_score
+from verl_bot.credit.sessions import BY_TRAJECTORY, pick_trajectory
+from verl_bot.credit.streams import stream_fields
+from verl_bot.errors import FATAL_KEY, VerlBotConfigError
+from verl_bot.hooks.wrap import wrap
+
+
+def own_reward_score(reward_score: Any, prompt_ids: list[int], response_ids: list[int]) -> Any:
+    """This trajectory's entry of a session's `reward_score` (the reward_score itself otherwise).
+
+    Raises VerlBotConfigError when the session has no rewards for these ids."""
+    try:
+        return pick_trajectory(reward_score, prompt_ids, response_ids)
+    except KeyError:
+        raise VerlBotConfigError(
+            f"verl-bot: no token rewards for a trajectory of {len(response_ids)} response tokens in its "
+            f"multi-output session (ids changed after scoring; {len(reward_score[BY_TRAJECTORY])} scored)"
+        ) from None
+
+
+def dense_fields(
+    reward_score: Any, length: int, extra_fields: dict, ids: tuple[list[int], list[int]] = ((), ())
+) -> dict[str, Any]:
+    """`rm_scores` (length,) and the `bot_stream_<name>` fields of a dense `reward_score`; `ids` (prompt ids,
+    response ids) pick a multi-output session's entry (`own_reward_score`).
+
+    On a length mismatch or a missing entry: zero rows instead, and `extra_fields` (a copy) whose
+    `reward_extra_info` carries the fatal marker with the error's message.
+    """
+    token_rewards, streams = split_reward_score(reward_score)
+    try:
+        token_rewards, streams = split_reward_score(own_reward_score(reward_score, *ids))
+        return {"rm_scores": dense_row(token_rewards, length), **stream_fields(streams, length)}
+    except VerlBotConfigError as exc:
+        zeros = [0.0] * length
+        info = {**(extra_fields.get("reward_extra_info") or {}), FATAL_KEY: str(exc), "scorer_failed": 1.0}
+        return {
+            "rm_scores": torch.zeros(length, dtype=torch.float32),
+            **stream_fields(dict.fromkeys(streams, zeros), length),
+            "extra_fields": {**extra_fields, "reward_extra_info": info},
+        }
+
+
+def _make_as_dict(original):
+    @functools.wraps(original)
+    def as_dict(self) -> dict[str, Any]:
+        reward_score = self.reward_score
+        if not is_dense(reward_score):
+            return original(self)
+        # Let verl build everything else, with the scalar path switched off for this call.
+        self.reward_score = None
+        try:
+            output = original(self)
+        finally:
+            self.reward_score = reward_score
+        ids = (self.prompt_ids, self.response_ids)
+        output.update(dense_fields(reward_score, output["response_mask"].numel(), output["extra_fields"], ids))
+        return output
+
+    return as_dict
+
+
+def install() -> list[str]:
+    from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+
+    from verl_bot.hooks.compat import VerlApiMismatch
+
+    if "reward_score" not in AgentLoopOutput.model_fields:
+        raise VerlApiMismatch("verl-bot: AgentLoopOutput has no 'reward_score' field")
+    return [wrap(AgentLoopOutput, "as_dict", ["self"], _make_as_dict)]

@@ -1,0 +1,238 @@
+"""Hook: `verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_advantage` (the batch context of the estimators).
+
+A run that does not use verl-bot (`verl_bot.launch.activation`) gets verl's method as it is.
+Around verl's own method, for runs that use verl-bot's `bot` reward manager or
+one of its estimators:
+
+1. read the batch's rows from TransferQueue: each trajectory's `extra_fields`
+   (`reward_extra_info`: `scorer_failed`, the scorer's error, ...), the reward
+   streams and the other trajectory fields the configured estimator declared
+   (`verl_bot.credit.streams`; `EstimatorSpec.fields`, e.g. ReCo's `responses`), and the
+   padding tags (`is_padding`, rows verl adds to fill a batch);
+2. stop the run when the scorers keep failing: a failure share above
+   `reward.reward_kwargs.bot.max_failure_rate` for `failure_patience`
+   consecutive steps raises `VerlBotConfigError` naming the data source and
+   the scorer's last error, before this step updates anything;
+3. make that the active `verl_bot.credit.context.BatchContext` while verl computes
+   the advantages (`verl_bot.hooks.v1.multi_trajectory` takes failed rows out of
+   their groups; estimators read streams and report diagnostics);
+4. add the estimator's diagnostics and `verl_bot/scorer_failed_rows` to the step's metrics;
+5. for any estimator, on the steps `algorithm.token_report_steps` asks for: read the rows back from
+   TransferQueue after verl's own method wrote the advantages (token ids, `rm_scores`, advantages, uid,
+   data_source) and write them as token records (`verl_bot.observe.token_records`) for the token-credit report.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import torch
+
+from verl_bot.advantage import estimator_spec
+from verl_bot.credit.context import BatchContext, use_context
+from verl_bot.credit.streams import FIELD_PREFIX, StreamsUnavailable
+from verl_bot.errors import VerlBotConfigError
+from verl_bot.hooks.wrap import wrap
+from verl_bot.launch.activation import in_use
+from verl_bot.observe import token_records
+from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
+
+STREAK_ATTR = "_verl_bot_failure_streak"
+RECORDED_ATTR = "_verl_bot_recorded_step"
+logger = logging.getLogger("verl_bot")
+
+
+def column_values(column: Any) -> list:
+    """The plain values of a TransferQueue non-tensor column (a LinkedList, NonTensorStack or numpy array)."""
+    return [getattr(value, "data", value) for value in list(column)]
+
+
+def fetch_rows(batch: Any) -> list[dict]:
+    """Each row's `extra_fields` dict plus its `data_source` (rows in `batch.keys` order)."""
+    import transfer_queue as tq
+
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "data_source"]
+    )
+    return [
+        {**(extra if isinstance(extra, dict) else {}), "data_source": str(source)}
+        for extra, source in zip(column_values(data["extra_fields"]), column_values(data["data_source"]), strict=True)
+    ]
+
+
+def fetch_padded(batch: Any, fields: list[str]) -> dict[str, torch.Tensor]:
+    """The trajectory fields `fields` of a v1 trainer batch (KVBatchMeta) from TransferQueue, right-padded
+    (B, T) like verl pads `rm_scores` (rows in `batch.keys` order)."""
+    import transfer_queue as tq
+
+    padded = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    padded = padded.to_padded_tensor()
+    return {name: padded[name] for name in fields}
+
+
+def fetch_streams(batch: Any, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Read the streams `names` of a v1 trainer batch (KVBatchMeta) from TransferQueue, right-padded (B, T)."""
+    fields = [FIELD_PREFIX + name for name in names]
+    try:
+        padded = fetch_padded(batch, fields)
+    except Exception as exc:  # noqa: BLE001 - a missing field surfaces as backend-specific errors
+        raise StreamsUnavailable(
+            f"the batch has no reward streams {fields} ({type(exc).__name__}: {exc}). They are written by "
+            "verl-bot's `bot` reward manager (reward.reward_manager.name=bot, token_level=true)"
+        ) from exc
+    return {name: padded[FIELD_PREFIX + name] for name in names}
+
+
+def padding_mask(batch: Any) -> torch.Tensor:
+    """(B,) bool: True on the rows verl added to fill the batch (`is_padding` tag)."""
+    return torch.tensor([bool(tag.get("is_padding", False)) for tag in batch.tags], dtype=torch.bool)
+
+
+def failed_mask(rows: list[dict], padding: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: rows whose scorer failed (`reward_extra_info.scorer_failed`), padding excluded."""
+    failed = [float((row.get("reward_extra_info") or {}).get("scorer_failed", 0.0)) > 0 for row in rows]
+    return torch.tensor(failed, dtype=torch.bool) & ~padding
+
+
+def check_failure_rate(streak: list[float], share: float, rows: list[dict], failed: torch.Tensor, settings: dict):
+    """Append this step's failure share to `streak` (or clear it); raise when it exceeded the limit long enough.
+
+    Raises `VerlBotConfigError` naming the failing data source(s) and the scorer's last error message.
+    """
+    if share <= float(settings["max_failure_rate"]):
+        streak.clear()
+        return
+    streak.append(share)
+    if len(streak) < int(settings["failure_patience"]):
+        return
+    failed_rows = [row for row, bad in zip(rows, failed.tolist(), strict=True) if bad]
+    infos = [row.get("reward_extra_info") or {} for row in failed_rows]
+    sources = sorted({str(row.get("data_source", "?")) for row in failed_rows})
+    last_error = next((i["scorer_error_msg"] for i in reversed(infos) if i.get("scorer_error_msg")), "(no message)")
+    shares = ", ".join(f"{s:.2f}" for s in streak)
+    raise VerlBotConfigError(
+        f"verl-bot: the scorer failed on {shares} of the rollouts for {len(streak)} consecutive steps "
+        f"(> reward.reward_kwargs.bot.max_failure_rate={settings['max_failure_rate']}, failure_patience="
+        f"{settings['failure_patience']}); scorer of data_source {', '.join(sources)}: last error: {last_error}"
+    )
+
+
+def _advantage_with_context(original, trainer, batch, metrics, *args, **kwargs):
+    """verl's `_compute_advantage` inside the batch context (steps 1-4 of the module docstring)."""
+    spec = estimator_spec(trainer.config.algorithm.adv_estimator)
+    if spec is None and not bot_manager_in_use(trainer.config):
+        return original(trainer, batch, metrics, *args, **kwargs)
+    padding = padding_mask(batch)
+    rows = fetch_rows(batch)
+    ctx = BatchContext(rows=rows)
+    if bot_manager_in_use(trainer.config):
+        settings = manager_settings(trainer.config)
+        ctx.dense_rewards = bool(settings["token_level"])
+        ctx.failed = failed_mask(rows, padding)
+        real = int((~padding).sum())
+        share = float(ctx.failed.sum()) / max(real, 1)
+        streak = trainer.__dict__.setdefault(STREAK_ATTR, [])
+        check_failure_rate(streak, share, rows, ctx.failed, settings)
+        metrics["verl_bot/scorer_failed_rows"] = float(ctx.failed.sum())
+    if spec is not None and spec.streams:
+        ctx.streams = fetch_streams(batch, spec.streams)
+    if spec is not None and spec.fields:
+        ctx.tensors.update(fetch_padded(batch, list(spec.fields)))
+    with use_context(ctx):
+        result = original(trainer, batch, metrics, *args, **kwargs)
+    metrics.update(ctx.metrics)
+    return result
+
+
+def _rows_of(column: Any, lengths: list[int]) -> list[list]:
+    """Per-row lists of a (B, *) TransferQueue column: a nested tensor's rows, or a padded one cut to `lengths`."""
+    if getattr(column, "is_nested", False):
+        return [row.tolist() for row in column.unbind()]
+    return [row[:n].tolist() for row, n in zip(column, lengths, strict=True)]
+
+
+def fetch_record_rows(batch: Any) -> list[dict]:
+    """The rows of the batch as `verl_bot.observe.token_records.build_records` reads them (padding rows left out), read
+    back from TransferQueue after verl wrote the advantages."""
+    import transfer_queue as tq
+
+    fields = ["uid", "prompts", "responses", "response_mask", "rm_scores", "advantages", "data_source", "extra_fields"]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    mask = data["response_mask"]
+    lengths = (
+        mask.offsets().diff().tolist() if getattr(mask, "is_nested", False) else [int(m.sum()) for m in mask]
+    )
+    prompts = data["prompts"]
+    prompt_ids = (
+        [row.tolist() for row in prompts.unbind()] if getattr(prompts, "is_nested", False) else prompts.tolist()
+    )
+    columns = {name: _rows_of(data[name], lengths) for name in ("responses", "rm_scores", "advantages")}
+    padding = padding_mask(batch).tolist()
+    rows = []
+    columns_of_rows = (column_values(data[name]) for name in ("uid", "data_source", "extra_fields"))
+    for i, (uid, source, extra) in enumerate(zip(*columns_of_rows, strict=True)):
+        if padding[i]:
+            continue
+        rows.append(
+            {
+                "uid": str(uid),
+                "key": str(batch.keys[i]),
+                "data_source": str(source),
+                "prompt_ids": prompt_ids[i],
+                "response_ids": columns["responses"][i],
+                "rewards": columns["rm_scores"][i],
+                "advantages": columns["advantages"][i],
+                "info": (extra.get("reward_extra_info") if isinstance(extra, dict) else None) or {},
+            }
+        )
+    return rows
+
+
+def record_tokens(trainer: Any, batch: Any) -> None:
+    """Write the token records of this step when `algorithm.token_report_steps` asks for it
+    (`verl_bot.observe.token_records`).
+
+    A step outside the run raises `VerlBotConfigError` (at the first step, before any update); a failure to
+    read or write the records is logged as a warning and the run goes on.
+    """
+    algorithm = trainer.config.algorithm
+    if not algorithm.get(token_records.STEPS_KEY):
+        return
+    try:
+        steps = token_records.recorded_steps(algorithm, int(trainer.total_training_steps))
+    except ValueError as exc:
+        raise VerlBotConfigError(f"verl-bot: {exc}") from exc
+    step = int(trainer.global_steps)
+    if step not in steps:
+        return
+    try:
+        estimator = str(getattr(algorithm.adv_estimator, "value", algorithm.adv_estimator))
+        groups = int(algorithm.get(token_records.GROUPS_KEY, token_records.DEFAULT_GROUPS))
+        records = token_records.build_records(step, estimator, fetch_record_rows(batch), trainer.tokenizer, groups)
+        folder = token_records.record_dir(algorithm, trainer.config.trainer.default_local_dir)
+        # a step with several advantage calls appends to its file (only the last step is remembered)
+        path = token_records.write_records(folder, step, records, append=trainer.__dict__.get(RECORDED_ATTR) == step)
+        trainer.__dict__[RECORDED_ATTR] = step
+        logger.info("token records of step %d: %d rollouts -> %s", step, len(records), path)
+    except Exception as exc:  # noqa: BLE001 - a report must never cost the run
+        logger.warning("token records of step %d not written: %s: %s", step, type(exc).__name__, exc)
+
+
+def _make_compute_advantage(original):
+    @functools.wraps(original)
+    def _compute_advantage(self, batch, metrics, *args, **kwargs):
+        if not in_use(self.config):
+            return original(self, batch, metrics, *args, **kwargs)
+        result = _advantage_with_context(original, self, batch, metrics, *args, **kwargs)
+        record_tokens(self, batch)
+        return result
+
+    return _compute_advantage
+
+
+def install() -> list[str]:
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    return [wrap(PPOTrainer, "_compute_advantage", ["self", "batch", "metrics"], _make_compute_advantage)]

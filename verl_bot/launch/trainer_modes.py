@@ -1,0 +1,74 @@
+"""verl 0.9.1's trainer modes and features with verl-bot: what is refused before Ray starts, and why.
+
+`trainer.v1.trainer_mode` (verl/trainer/ppo/v1/trainer_base.py `get_trainer_cls`):
+
+- `sync` (verl's default) and `colocate_async` (rollout and trainer share the GPUs, the next batch is sampled
+  while the current one trains): verl-bot's hooks act on the replay buffer, the reward loop and the advantage
+  alike in both (tests/e2e/test_trainer_modes.py runs `colocate_async` with LoRA through verl's trainer);
+- `separate_async` (a standalone rollout pool, weights sent over a checkpoint engine every
+  `parameter_sync_step` updates): verl asserts its batch arithmetic and its pools inside the trainer, after Ray
+  and the workers have started; `separate_async_problem` says the same in one line before Ray, and refuses the
+  mode on the CPU (`trainer.device=cpu`), which has none of the checkpoint engines it needs (NCCL, NIXL, Mooncake).
+
+LoRA (`actor_rollout_ref.model.lora_rank > 0`): verl's vLLM rollout loads the adapter; verl-bot's CPU `hf`
+rollout (`verl_bot.cpu.hf_rollout`) takes merged weights only (`actor_rollout_ref.model.lora.merge=true`),
+else its first weight update would stop the run after every model had loaded (`lora_problem`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def separate_async_problem(config: Any, on_cpu: bool) -> str | None:
+    """Why verl's `separate_async` trainer cannot start with this config (verl's own assertions in
+    `PPOTrainerSeparateAsync.__init__`, and the CPU platform's missing checkpoint engine), or None."""
+    v1 = config.trainer.get("v1") or {}
+    if str(v1.get("trainer_mode", "sync")) != "separate_async":
+        return None
+    rollout = config.actor_rollout_ref.rollout
+    backend = str((rollout.get("checkpoint_engine") or {}).get("backend", "naive"))
+    if on_cpu:
+        return (
+            "trainer.v1.trainer_mode=separate_async needs a checkpoint engine that sends the trainer's weights to "
+            "the standalone rollout pool over NCCL, NIXL or Mooncake, and the CPU platform has none; use "
+            "trainer.v1.trainer_mode=colocate_async (or sync) on the CPU"
+        )
+    sync_step = int((v1.get("separate_async") or {}).get("parameter_sync_step", 1))
+    batch, mini = int(config.data.train_batch_size), int(config.actor_rollout_ref.actor.ppo_mini_batch_size)
+    if batch != sync_step * mini:
+        return (
+            f"trainer.v1.trainer_mode=separate_async needs data.train_batch_size = "
+            f"trainer.v1.separate_async.parameter_sync_step x actor_rollout_ref.actor.ppo_mini_batch_size, got "
+            f"{batch} != {sync_step} x {mini}"
+        )
+    if int(rollout.get("nnodes", 0) or 0) <= 0 or int(rollout.get("n_gpus_per_node", 0) or 0) <= 0:
+        return (
+            "trainer.v1.trainer_mode=separate_async needs a standalone rollout pool: set "
+            "actor_rollout_ref.rollout.nnodes and actor_rollout_ref.rollout.n_gpus_per_node (> 0)"
+        )
+    if backend == "naive":
+        return (
+            "trainer.v1.trainer_mode=separate_async needs actor_rollout_ref.rollout.checkpoint_engine.backend=nccl "
+            "(or nixl, mooncake): the naive engine syncs colocated replicas only"
+        )
+    return None
+
+
+def lora_problem(config: Any) -> str | None:
+    """Why LoRA cannot train with this rollout (verl-bot's `hf` rollout takes merged weights only), or None."""
+    model = config.actor_rollout_ref.get("model") or {}
+    if int(model.get("lora_rank", 0) or 0) <= 0 or str(config.actor_rollout_ref.rollout.get("name")) != "hf":
+        return None
+    if (model.get("lora") or {}).get("merge", False):
+        return None
+    return (
+        f"actor_rollout_ref.model.lora_rank={model.get('lora_rank')} with verl-bot's hf rollout: it loads merged "
+        "weights only; set actor_rollout_ref.model.lora.merge=true or use actor_rollout_ref.rollout.name=vllm"
+    )
+
+
+def trainer_mode_problem(config: Any) -> str | None:
+    """The first trainer mode or feature of `config` that cannot run (see the module docstring), or None."""
+    on_cpu = str(config.trainer.get("device", "cuda")) == "cpu"  # the CPU platform's runs (verl_bot/cpu/overrides.txt)
+    return separate_async_problem(config, on_cpu=on_cpu) or lora_problem(config)

@@ -1,0 +1,130 @@
+"""The built-in in-process scorers of the CPU tasks: `toy_lint`, `toy_math` and `toy_calc`.
+
+`toy_lint` has the shape of the React reward's ESLint part (a global score plus
+penalties on spans of the response) on a task a tiny model can learn on a CPU:
+"write text without forbidden characters".
+
+- forbidden characters: `ground_truth["forbidden"]` (or `extra_info["forbidden"]`),
+  default `"aeiou"`;
+- G = 1 - 2 * (forbidden characters / non-whitespace characters), in [-1, 1];
+  an empty (or all-whitespace) response gets the sentinel G = -1 and flag `empty`;
+- local: every maximal run of forbidden characters is a span with value -1;
+- info: `forbidden_chars` (count) and `solved` (no forbidden character: the
+  verifiable outcome PURE reads).
+
+`toy_math` (integer arithmetic chains in the AIME step format, `verl_bot.cpu.toy_math`) is the math reward
+server's own scorer, run in-process: `reward_servers.math.server.MathScorer` with the rule-based step judge
+(`reward_servers/math/rule_judge.py`, error propagation) and integer answers only, each item through the
+service's per-item path (`score_batch`). Its verdict is the one `python -m reward_servers.math --judge rule
+--no-math-verify` answers over HTTP: G = 3 * 1[correct] + b_format (parts `answer`, `format`), local
+0.5 * e_s / |S| on each step's span, `info.correct` the outcome.
+
+`toy_calc` (toy_math's problems solved with a calculator tool over two assistant turns, `verl_bot.cpu.toy_calc`)
+scores per turn from the request's turn layout (`turns`): G = 1[the last turn's `<final>` is the answer] (part
+`correct`); turn 0 gets `TURN_VALUE` when its tool call sends the problem's expression, else -`TURN_VALUE`; the last
+turn, when there is one after the tool's reply, `TURN_VALUE` when its answer is what the tool returned, else
+-`TURN_VALUE`. Values of both signs (centred): a turn earns for doing its part right, not for existing.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from reward_servers.common.service import score_batch
+from reward_servers.math.server import MathConfig, MathScorer
+from verl_bot.rewards.calc import called_expression, evaluate, final_answer
+
+DEFAULT_FORBIDDEN = "aeiou"
+EMPTY_SCORE = -1.0
+
+
+def _forbidden(ground_truth: Any, extra_info: Any) -> str:
+    for source in (ground_truth, extra_info):
+        if isinstance(source, dict) and source.get("forbidden"):
+            return str(source["forbidden"])
+    return DEFAULT_FORBIDDEN
+
+
+def toy_lint(prompt: str, response: str, ground_truth: Any = None, extra_info: Any = None) -> dict:
+    """Score `response`; returns a REWARD_API verdict (global score + parts, local spans)."""
+    forbidden = _forbidden(ground_truth, extra_info)
+    visible = sum(1 for ch in response if not ch.isspace())
+    if visible == 0:
+        return {
+            "global": {"score": EMPTY_SCORE, "parts": {"clean": 0.0}},
+            "local": [],
+            "info": {"solved": False},
+            "flags": ["empty"],
+        }
+    runs = [m.span() for m in re.finditer(f"[{re.escape(forbidden)}]+", response)]
+    bad = sum(end - start for start, end in runs)
+    clean = 1.0 - bad / visible
+    return {
+        "global": {"score": 2.0 * clean - 1.0, "parts": {"clean": clean}},
+        "local": [{"start": start, "end": end, "value": -1.0} for start, end in runs],
+        "info": {"forbidden_chars": bad, "solved": bad == 0},
+        "flags": [],
+    }
+
+
+# the configuration of `python -m reward_servers.math --judge rule --no-math-verify` (tests/component/test_toy_math.py)
+TOY_MATH_CONFIG = MathConfig(math_verify=False, judge_enabled=True, judge_kind="rule")
+
+
+@functools.cache
+def _toy_math_scorer() -> MathScorer:
+    return MathScorer(TOY_MATH_CONFIG)  # no worker pool and no endpoint: nothing to start
+
+
+async def toy_math(prompt: Any, response: str, ground_truth: Any = None, extra_info: Any = None) -> dict:
+    """Score `response` with the math scorer and the rule-based step judge; returns its REWARD_API verdict."""
+    item = {"prompt": prompt, "response": response, "ground_truth": ground_truth, "extra_info": extra_info or {}}
+    (verdict,) = await score_batch(_toy_math_scorer(), [item], {})
+    return verdict
+
+
+TURN_VALUE = 0.5
+PROBLEM = re.compile(r"Compute\s+([0-9+\-\s]+?)\s*\.")
+
+
+def assistant_turns(response: str, turns: list[dict] | None) -> list[str]:
+    """The text of each assistant turn of `response`, from the request's turn layout (None: one turn, the
+    whole response)."""
+    if not turns:
+        return [response]
+    texts: dict[int, str] = {}
+    for run in turns:
+        if run["role"] == "assistant":
+            texts[run["turn"]] = texts.get(run["turn"], "") + response[run["start"] : run["end"]]
+    return [texts.get(k, "") for k in range(1 + max(run["turn"] for run in turns))]
+
+
+def _expression(prompt: Any, extra_info: Any) -> str | None:
+    if isinstance(extra_info, dict) and extra_info.get("expression"):
+        return str(extra_info["expression"])
+    match = PROBLEM.search(str(prompt))
+    return match.group(1).replace(" ", "") if match else None
+
+
+def toy_calc(prompt: Any, response: str, ground_truth: Any = None, extra_info: Any = None,
+             turns: list[dict] | None = None) -> dict:
+    """Score a `toy_calc` rollout per turn (see the module docstring); returns a REWARD_API verdict with `turns`."""
+    texts = assistant_turns(response, turns)
+    called = called_expression(texts[0])
+    expected = _expression(prompt, extra_info)
+    answer = final_answer(texts[-1])
+    correct = answer is not None and answer == str(ground_truth).strip()
+    right_call = called is not None and expected is not None and called.replace(" ", "") == expected
+    turns_out = [{"turn": 0, "value": TURN_VALUE if right_call else -TURN_VALUE}]
+    if len(texts) > 1:
+        used_tool = called is not None and answer is not None and answer == evaluate(called)
+        turns_out.append({"turn": len(texts) - 1, "value": TURN_VALUE if used_tool else -TURN_VALUE})
+    return {
+        "global": {"score": float(correct), "parts": {"correct": float(correct)}},
+        "local": [],
+        "turns": turns_out,
+        "info": {"correct": correct, "solved": correct, "tool_called": called is not None},
+        "flags": [] if called is not None else ["no_tool_call"],
+    }
