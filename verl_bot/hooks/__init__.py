@@ -105,6 +105,21 @@ PLAN: tuple[tuple[str, str], ...] = (
 )
 
 
+TRAINER_PATHS = ("v1", "legacy")  # verl's trainers: `trainer.use_v1=true` (PPOTrainer) or false (RayPPOTrainer)
+
+
+def trainer_path(step: str) -> str:
+    """The trainer path a step of `PLAN` belongs to: its subfolder ("v1", "legacy"), else "both"."""
+    module = step.split(":")[0]
+    folder = module.split(".")[0] if "." in module else ""
+    return folder if folder in TRAINER_PATHS else "both"
+
+
+def steps_for(path: str) -> list[tuple[str, str]]:
+    """The (verl module, step) entries of `PLAN` that a run on trainer path `path` ("v1" or "legacy") needs."""
+    return [(module, step) for module, step in PLAN if trainer_path(step) in (path, "both")]
+
+
 def run_step(step: str) -> list[str]:
     """Run one step of `PLAN` ("module:function" of this package); returns what it changed."""
     module, function = step.split(":")
