@@ -19,12 +19,12 @@ from verl_bot.advantage.pure import pure_advantage
 from verl_bot.credit.context import BatchContext, current, use_context
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks import driver
-from verl_bot.hooks.v1.compute_advantage import check_failure_rate, failed_mask
-from verl_bot.hooks.v1.multi_trajectory import exclusion_uids
 from verl_bot.hooks.v1.replay_buffer import first_fatal
 from verl_bot.launch.preflight import check_config
 from verl_bot.rewards.manager import clip_local
 from verl_bot.rewards.settings import manager_settings
+from verl_bot.step.context import check_failure_rate, failed_mask
+from verl_bot.step.failures import exclusion_uids
 
 
 # ------------------------------------------------------------------------------------------- start-up
@@ -48,7 +48,6 @@ def test_a_valid_bot_run_passes_and_plain_verl_is_not_checked(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ((*BOT, "trainer.use_v1=false"), "needs verl's v1 trainer"),
         (("algorithm.adv_estimator=bot", "reward.reward_manager.name=naive"),
          "reward.reward_manager.name=naive gives one scalar per response"),
         ((*BOT, "+reward.reward_kwargs.bot.token_level=false"), "token_level=false gives one scalar"),

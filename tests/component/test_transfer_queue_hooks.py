@@ -20,8 +20,9 @@ from omegaconf import OmegaConf
 
 from tests.conftest import compose_verl_config
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
-from verl_bot.hooks.v1.compute_advantage import failed_mask, fetch_rows, padding_mask
+from verl_bot.hooks.v1.compute_advantage import fetch_rows, padding_mask
 from verl_bot.hooks.v1.replay_buffer import arm, in_put_order
+from verl_bot.step.context import failed_mask
 
 
 @pytest.fixture(scope="module")

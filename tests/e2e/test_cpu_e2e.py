@@ -41,7 +41,9 @@ import torch
 
 from tests.component.test_outages import kill, reward_server
 from tests.conftest import free_port
+from verl_bot.advantage.bot import bot_advantage
 from verl_bot.cpu import overrides
+from verl_bot.observe.token_records import read_records, recorded_files
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -54,7 +56,7 @@ import json, os, zlib
 import torch
 import verl_bot.plugin
 verl_bot.plugin.register()
-from verl.trainer.ppo import core_algos
+from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.v1 import trainer_base
 from verl_bot.credit.context import current
 from verl_bot.rewards.builtin import toy_lint
@@ -130,6 +132,12 @@ def advantage_step_probe(data, *args, **kwargs):
     ctx = current()
     mask = out.batch["response_mask"].bool()
     failed = ctx.failed.tolist() if ctx is not None and ctx.failed is not None else [False] * len(mask)
+    _write_advantage_rows(out, failed)
+    return out
+
+
+def _write_advantage_rows(out, failed):
+    mask = out.batch["response_mask"].bool()
     rows = []
     for i in range(len(mask)):
         rows.append({
@@ -140,10 +148,22 @@ def advantage_step_probe(data, *args, **kwargs):
             "advantages": out.batch["advantages"][i][mask[i]].tolist(),
         })
     _write({"step": "advantage", "mask_dtype": str(out.batch["response_mask"].dtype), "rows": rows})
-    return out
 
 
 trainer_base.compute_advantage_for_multi_trajectories = advantage_step_probe
+_legacy_advantage = ray_trainer.compute_advantage
+
+
+def legacy_advantage_probe(data, *args, **kwargs):
+    """The legacy trainer's advantage step (verl-bot's hook inside), recorded as `advantage_step_probe` does; a
+    failed row is read from its own `reward_extra_info` (the scorer's verdict), not from verl-bot's context."""
+    out = _legacy_advantage(data, *args, **kwargs)
+    infos = out.non_tensor_batch.get("reward_extra_info", [{}] * len(out))
+    _write_advantage_rows(out, [float((info or {}).get("scorer_failed", 0) or 0) > 0 for info in infos])
+    return out
+
+
+ray_trainer.compute_advantage = legacy_advantage_probe
 _vanilla = core_algos.POLICY_LOSS_REGISTRY["vanilla"]
 
 
@@ -461,6 +481,56 @@ def test_grpo_with_the_bot_manager_a_reward_server_restarted_mid_run_and_ctrl_c(
     assert failed_share[1] == 0 and max(failed_share.values()) > 0, failed_share
     assert failed_share[back + 2] == 0, failed_share  # the server is back: its rollouts are scored again
 
+
+
+def check_bot_advantages(advantage_steps: list[list[dict]]) -> None:
+    """Each step's advantages (the probe's rows of its whole advantage step): `bot_advantage` over the rollouts
+    whose scorer answered; 0 where it failed, and 0 in a group that failures left with a single rollout (nothing to
+    compare it with). At least one failure in the steps, else the check says nothing about failures."""
+    assert advantage_steps
+    failed_seen = 0
+    for rows in advantage_steps:
+        failed_seen += sum(r["failed"] for r in rows)
+        had_failure = {r["uid"] for r in rows if r["failed"]}
+        survivors = {u: sum(1 for r in rows if r["uid"] == u and not r["failed"]) for u in had_failure}
+        lone = {u for u, n in survivors.items() if n == 1}
+        for r in rows:
+            if r["failed"] or r["uid"] in lone:
+                assert not any(r["advantages"]), r
+        valid = [r for r in rows if not r["failed"] and r["uid"] not in lone]
+        width = max(len(r["rewards"]) for r in valid)
+        rewards = torch.zeros(len(valid), width)
+        mask = torch.zeros(len(valid), width)
+        for i, r in enumerate(valid):
+            rewards[i, : len(r["rewards"])] = torch.tensor(r["rewards"])
+            mask[i, : len(r["rewards"])] = 1.0
+        expected = bot_advantage(rewards, mask, [r["uid"] for r in valid])
+        for i, r in enumerate(valid):
+            torch.testing.assert_close(torch.tensor(r["advantages"]), expected[i, : len(r["rewards"])])
+    assert failed_seen > 0, "the flaky scorer never failed: the test checks nothing about failures"
+
+
+def check_token_records(folder: Path, step_rows: list[dict], model: Path) -> None:
+    """The token records of step 1 in `folder` are exactly that step's rows (`step_rows`, the probe's): uid, token
+    rewards, advantages, and the token ids with the bytes of their pieces, which spell the decoded response."""
+    from transformers import AutoTokenizer
+
+    files = recorded_files(folder)
+    assert 1 in files, files
+    records = read_records(files[1])
+
+    def row_key(uid, rewards, advantages):
+        return uid, tuple(round(x, 5) for x in rewards), tuple(round(x, 5) for x in advantages)
+
+    assert sorted(row_key(r["uid"], r["rewards"], r["advantages"]) for r in records) == sorted(
+        row_key(r["uid"], r["rewards"], r["advantages"]) for r in step_rows
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    for r in records:
+        assert (r["step"], r["estimator"], r["data_source"] in ("toy_lint", "toy_flaky")) == (1, "bot", True)
+        pieces = zip(r["token_bytes"], r["special"], strict=True)
+        raw = b"".join(bytes.fromhex(h) for h, special in pieces if not special)
+        assert raw.decode("utf-8", "replace") == tokenizer.decode(r["response_ids"], skip_special_tokens=True)
 
 def check_grpo_of_scalars(rows: list[dict]) -> None:
     """Each row's reward is one scalar on its last token, the scores differ, and each row's advantages are verl's

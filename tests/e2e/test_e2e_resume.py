@@ -38,8 +38,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.e2e.test_cpu_e2e import Run, _kill_marked, _marked_pids, workdir  # noqa: F401 - `workdir` is the fixture
-from verl_bot.advantage.bot import bot_advantage
+from tests.e2e.test_cpu_e2e import (  # noqa: F401 - `workdir` is the fixture
+    Run,
+    _kill_marked,
+    _marked_pids,
+    check_bot_advantages,
+    check_token_records,
+    workdir,
+)
 from verl_bot.observe.token_records import read_records, recorded_files
 
 pytestmark = pytest.mark.timeout(900)
@@ -200,51 +206,10 @@ def check_bot_steps(run: Run, out: Path, root: Path) -> None:
         assert any(r["nonzero_before_last"] > 0 for r in rows), rows
         assert any(r["distinct"] >= 2 for r in rows), "no local (span) penalties in any row: " + str(rows)
 
-    # the step's advantages: bot_advantage over the rollouts whose scorer answered; 0 where it failed, and 0 in a
-    # group that failures left with a single rollout (nothing to compare it with)
+    # the step's advantages, and the token records of step 1 (tests/e2e/test_cpu_e2e.py)
     advantage_steps = [c["rows"] for c in calls if c.get("step") == "advantage"]
-    assert len(advantage_steps) >= 2
-    failed_seen = 0
-    for rows in advantage_steps[:2]:
-        failed_seen += sum(r["failed"] for r in rows)
-        had_failure = {r["uid"] for r in rows if r["failed"]}
-        survivors = {u: sum(1 for r in rows if r["uid"] == u and not r["failed"]) for u in had_failure}
-        lone = {u for u, n in survivors.items() if n == 1}
-        for r in rows:
-            if r["failed"] or r["uid"] in lone:
-                assert not any(r["advantages"]), r
-        valid = [r for r in rows if not r["failed"] and r["uid"] not in lone]
-        width = max(len(r["rewards"]) for r in valid)
-        rewards = torch.zeros(len(valid), width)
-        mask = torch.zeros(len(valid), width)
-        for i, r in enumerate(valid):
-            rewards[i, : len(r["rewards"])] = torch.tensor(r["rewards"])
-            mask[i, : len(r["rewards"])] = 1.0
-        expected = bot_advantage(rewards, mask, [r["uid"] for r in valid])
-        for i, r in enumerate(valid):
-            torch.testing.assert_close(torch.tensor(r["advantages"]), expected[i, : len(r["rewards"])])
-    assert failed_seen > 0, "the flaky scorer never failed: the test checks nothing about failures"
-
-    # the token records of step 1 are exactly that step's rows: uid, token rewards, advantages (read back from
-    # TransferQueue), and the token ids with the bytes of their pieces, which spell the decoded response
-    from transformers import AutoTokenizer
-
-    files = recorded_files(out / "ckpt" / "token_records")
-    assert 1 in files, files
-    records = read_records(files[1])
-
-    def row_key(uid, rewards, advantages):
-        return uid, tuple(round(x, 5) for x in rewards), tuple(round(x, 5) for x in advantages)
-
-    assert sorted(row_key(r["uid"], r["rewards"], r["advantages"]) for r in records) == sorted(
-        row_key(r["uid"], r["rewards"], r["advantages"]) for r in advantage_steps[0]
-    )
-    tokenizer = AutoTokenizer.from_pretrained(root / "model")
-    for r in records:
-        assert (r["step"], r["estimator"], r["data_source"] in ("toy_lint", "toy_flaky")) == (1, "bot", True)
-        pieces = zip(r["token_bytes"], r["special"], strict=True)
-        raw = b"".join(bytes.fromhex(h) for h, special in pieces if not special)
-        assert raw.decode("utf-8", "replace") == tokenizer.decode(r["response_ids"], skip_special_tokens=True)
+    check_bot_advantages(advantage_steps[:2])
+    check_token_records(out / "ckpt" / "token_records", advantage_steps[0], root / "model")
 
     # what the actor's loss used: the same advantages, row by row (matched by old log-probs); every row of steps
     # 1-2 was trained on (a loss row of step 3 matches its own step's advantages, if the stop came after them)

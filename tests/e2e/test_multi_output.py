@@ -26,9 +26,9 @@ from verl_bot.credit.sessions import fingerprint, session_reward_score
 from verl_bot.credit.spans import token_char_spans
 from verl_bot.credit.verdict import InvalidVerdict, local_token_values, validate_verdict
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
-from verl_bot.hooks.v1.agent_loop_output import dense_fields
-from verl_bot.hooks.v1.multi_trajectory import exclusion_uids, last_outputs, refuse_multi_output, session_keys
 from verl_bot.rewards.manager import BoTRewardManager
+from verl_bot.step.failures import exclusion_uids, last_outputs, refuse_multi_output, session_keys
+from verl_bot.step.rows import dense_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 

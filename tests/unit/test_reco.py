@@ -28,10 +28,11 @@ from verl_bot.advantage.reco import OCCURRENCES, compute_reco_advantage, reco_we
 from verl_bot.credit.context import BatchContext, loss_settings, use_context, use_loss_settings
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.ppo_loss import _make_ppo_loss
-from verl_bot.hooks.v1.update_actor import EXTRA_INFO_KEY, _make_update_actor
+from verl_bot.hooks.v1.update_actor import _make_update_actor
 from verl_bot.launch.preflight import check_config
 from verl_bot.losses import loss_knobs, loss_name
 from verl_bot.losses.reco import compute_policy_loss_reco, pairing_metrics, variance_ratio
+from verl_bot.step.actor_update import LOSS_KNOBS_KEY as EXTRA_INFO_KEY
 
 verl_bot.plugin.register()
 

@@ -95,6 +95,9 @@ PLAN: tuple[tuple[str, str], ...] = (
     # imports it) makes its Ray actor class of AgentLoopWorker
     ("verl.experimental.agent_loop.agent_loop", "v1.rollout_failure:install"),
     ("verl.experimental.agent_loop.agent_loop", "response_mask:install"),
+    ("verl.experimental.agent_loop.agent_loop", "legacy.agent_loop:install"),
+    ("verl.trainer.ppo.ray_trainer", "legacy.trainer:install"),
+    ("verl.trainer.ppo.ray_trainer", "legacy.update_actor:install"),
     ("verl.workers.engine_workers", "ppo_loss:install"),
     ("verl.workers.engine.fsdp.transformer_impl", "engine_forward_step:install"),
     (f"{VLLM_ROLLOUT}.vllm_rollout", "weight_sync:install_adapter"),

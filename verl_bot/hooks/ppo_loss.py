@@ -2,7 +2,7 @@
 
 verl's `ppo_loss` selects the tensors a registered policy loss gets from the
 micro-batch and drops the rest, including the `verl_bot_loss` knobs that
-`verl_bot.hooks.v1.update_actor` put into the update's `extra_info`. The actor
+the trainer adapter shipped with the update (`verl_bot.step.actor_update`). The actor
 worker binds this module global in `init_model` (`partial(ppo_loss,
 config=actor_config)`), after verl-bot's plugin was loaded by the worker's
 `import verl`. The wrapper reads the knobs from the micro-batch and makes them
@@ -17,8 +17,8 @@ from __future__ import annotations
 import functools
 
 from verl_bot.credit.context import use_loss_settings
-from verl_bot.hooks.v1.update_actor import EXTRA_INFO_KEY
 from verl_bot.hooks.wrap import wrap
+from verl_bot.step.actor_update import LOSS_KNOBS_KEY
 
 
 def _make_ppo_loss(original):
@@ -26,7 +26,7 @@ def _make_ppo_loss(original):
     def ppo_loss(config, model_output, data, *args, **kwargs):
         from verl.utils import tensordict_utils as tu
 
-        settings = tu.get_non_tensor_data(data, EXTRA_INFO_KEY, None)
+        settings = tu.get_non_tensor_data(data, LOSS_KNOBS_KEY, None)
         if settings is None:
             return original(config, model_output, data, *args, **kwargs)
         with use_loss_settings(dict(settings)):

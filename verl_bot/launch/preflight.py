@@ -7,8 +7,7 @@ problem and the fix. For a run that uses neither verl-bot's reward manager nor
 one of its estimators it checks only the token-report knobs.
 
 Refused:
-- `trainer.use_v1=false`: the legacy trainer bypasses TransferQueue and every
-  hook that carries dense rewards, streams and scorer failures;
+- what verl's legacy trainer (`trainer.use_v1=false`) cannot do (`verl_bot.launch.trainer_modes`);
 - `trainer.v1.trainer_mode=separate_async` where verl's own assertions would stop
   it after Ray started, or on the CPU platform (no checkpoint engine), and LoRA
   unmerged on verl-bot's `hf` rollout (`verl_bot.launch.trainer_modes`);
@@ -344,11 +343,6 @@ def check_config(config: Any) -> None:
     problem = chat_template_problem(config.actor_rollout_ref.get("model") or {}) or rope_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
-    if not config.trainer.get("use_v1", True):
-        raise VerlBotConfigError(
-            "verl-bot needs verl's v1 trainer (trainer.use_v1=true, the default): the legacy trainer bypasses "
-            "the plumbing that carries dense rewards, reward streams and scorer failures"
-        )
     problem = trainer_mode_problem(config) or _reco_problem(config, estimator) or multi_turn_problem(config, estimator)
     if problem:
         raise VerlBotConfigError(problem)

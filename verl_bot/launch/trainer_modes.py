@@ -10,6 +10,11 @@
   and the workers have started; `separate_async_problem` says the same in one line before Ray, and refuses the
   mode on the CPU (`trainer.device=cpu`), which has none of the checkpoint engines it needs (NCCL, NIXL, Mooncake).
 
+`trainer.use_v1=false` (verl's legacy `RayPPOTrainer`, `verl_bot.hooks.legacy`): every verl-bot estimator, loss,
+the manager with its streams, multi-turn credit and the served PRM run as on v1, except `legacy_problem`'s:
+GRAIL, whose token weights reach the actor's forward as per-response (nested) fields of the v1 update; a
+multi-output agent loop stops the legacy run at its first sample (the legacy agent loop takes one output).
+
 LoRA (`actor_rollout_ref.model.lora_rank > 0`): verl's vLLM rollout loads the adapter; verl-bot's CPU `hf`
 rollout (`verl_bot.cpu.hf_rollout`) takes merged weights only (`actor_rollout_ref.model.lora.merge=true`),
 else its first weight update would stop the run after every model had loaded (`lora_problem`).
@@ -68,7 +73,20 @@ def lora_problem(config: Any) -> str | None:
     )
 
 
+def legacy_problem(config: Any) -> str | None:
+    """What verl-bot cannot run on verl's legacy trainer (`trainer.use_v1=false`), or None."""
+    if config.trainer.get("use_v1", True):
+        return None
+    estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
+    if estimator == "grail":
+        return (
+            "adv_estimator=grail needs verl's v1 trainer (trainer.use_v1=true): its token weights reach the actor "
+            "as per-response fields of the v1 update, which verl's legacy trainer does not carry"
+        )
+    return None
+
+
 def trainer_mode_problem(config: Any) -> str | None:
     """The first trainer mode or feature of `config` that cannot run (see the module docstring), or None."""
     on_cpu = str(config.trainer.get("device", "cuda")) == "cpu"  # the CPU platform's runs (verl_bot/cpu/overrides.txt)
-    return separate_async_problem(config, on_cpu=on_cpu) or lora_problem(config)
+    return separate_async_problem(config, on_cpu=on_cpu) or lora_problem(config) or legacy_problem(config)

@@ -4,6 +4,9 @@ A run that does not use verl-bot (`verl_bot.launch.activation`) gets verl's meth
 Around verl's own method, for runs that use verl-bot's `bot` reward manager or
 one of its estimators:
 
+Steps 2-5 are the trainer-neutral `verl_bot.step` (`context.step_context`, `records.record_step`); this
+adapter reads the batch from TransferQueue:
+
 1. read the batch's rows from TransferQueue: each trajectory's `extra_fields`
    (`reward_extra_info`: `scorer_failed`, the scorer's error, ...), the reward
    streams and the other trajectory fields the configured estimator declared
@@ -25,23 +28,16 @@ one of its estimators:
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Any
 
 import torch
 
-from verl_bot.advantage import estimator_spec
-from verl_bot.credit.context import BatchContext, use_context
+from verl_bot.credit.context import use_context
 from verl_bot.credit.streams import FIELD_PREFIX, StreamsUnavailable
-from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch.activation import in_use
-from verl_bot.observe import token_records
-from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
-
-STREAK_ATTR = "_verl_bot_failure_streak"
-RECORDED_ATTR = "_verl_bot_recorded_step"
-logger = logging.getLogger("verl_bot")
+from verl_bot.step.context import step_context
+from verl_bot.step.records import record_step
 
 
 def column_values(column: Any) -> list:
@@ -90,56 +86,18 @@ def padding_mask(batch: Any) -> torch.Tensor:
     return torch.tensor([bool(tag.get("is_padding", False)) for tag in batch.tags], dtype=torch.bool)
 
 
-def failed_mask(rows: list[dict], padding: torch.Tensor) -> torch.Tensor:
-    """(B,) bool: rows whose scorer failed (`reward_extra_info.scorer_failed`), padding excluded."""
-    failed = [float((row.get("reward_extra_info") or {}).get("scorer_failed", 0.0)) > 0 for row in rows]
-    return torch.tensor(failed, dtype=torch.bool) & ~padding
-
-
-def check_failure_rate(streak: list[float], share: float, rows: list[dict], failed: torch.Tensor, settings: dict):
-    """Append this step's failure share to `streak` (or clear it); raise when it exceeded the limit long enough.
-
-    Raises `VerlBotConfigError` naming the failing data source(s) and the scorer's last error message.
-    """
-    if share <= float(settings["max_failure_rate"]):
-        streak.clear()
-        return
-    streak.append(share)
-    if len(streak) < int(settings["failure_patience"]):
-        return
-    failed_rows = [row for row, bad in zip(rows, failed.tolist(), strict=True) if bad]
-    infos = [row.get("reward_extra_info") or {} for row in failed_rows]
-    sources = sorted({str(row.get("data_source", "?")) for row in failed_rows})
-    last_error = next((i["scorer_error_msg"] for i in reversed(infos) if i.get("scorer_error_msg")), "(no message)")
-    shares = ", ".join(f"{s:.2f}" for s in streak)
-    raise VerlBotConfigError(
-        f"verl-bot: the scorer failed on {shares} of the rollouts for {len(streak)} consecutive steps "
-        f"(> reward.reward_kwargs.bot.max_failure_rate={settings['max_failure_rate']}, failure_patience="
-        f"{settings['failure_patience']}); scorer of data_source {', '.join(sources)}: last error: {last_error}"
-    )
-
-
 def _advantage_with_context(original, trainer, batch, metrics, *args, **kwargs):
     """verl's `_compute_advantage` inside the batch context (steps 1-4 of the module docstring)."""
-    spec = estimator_spec(trainer.config.algorithm.adv_estimator)
-    if spec is None and not bot_manager_in_use(trainer.config):
+    ctx, step_metrics = step_context(
+        trainer,
+        fetch_rows(batch),
+        padding_mask(batch),
+        read_streams=lambda names: fetch_streams(batch, names),
+        read_fields=lambda names: fetch_padded(batch, names),
+    )
+    if ctx is None:
         return original(trainer, batch, metrics, *args, **kwargs)
-    padding = padding_mask(batch)
-    rows = fetch_rows(batch)
-    ctx = BatchContext(rows=rows)
-    if bot_manager_in_use(trainer.config):
-        settings = manager_settings(trainer.config)
-        ctx.dense_rewards = bool(settings["token_level"])
-        ctx.failed = failed_mask(rows, padding)
-        real = int((~padding).sum())
-        share = float(ctx.failed.sum()) / max(real, 1)
-        streak = trainer.__dict__.setdefault(STREAK_ATTR, [])
-        check_failure_rate(streak, share, rows, ctx.failed, settings)
-        metrics["verl_bot/scorer_failed_rows"] = float(ctx.failed.sum())
-    if spec is not None and spec.streams:
-        ctx.streams = fetch_streams(batch, spec.streams)
-    if spec is not None and spec.fields:
-        ctx.tensors.update(fetch_padded(batch, list(spec.fields)))
+    metrics.update(step_metrics)
     with use_context(ctx):
         result = original(trainer, batch, metrics, *args, **kwargs)
     metrics.update(ctx.metrics)
@@ -190,43 +148,13 @@ def fetch_record_rows(batch: Any) -> list[dict]:
     return rows
 
 
-def record_tokens(trainer: Any, batch: Any) -> None:
-    """Write the token records of this step when `algorithm.token_report_steps` asks for it
-    (`verl_bot.observe.token_records`).
-
-    A step outside the run raises `VerlBotConfigError` (at the first step, before any update); a failure to
-    read or write the records is logged as a warning and the run goes on.
-    """
-    algorithm = trainer.config.algorithm
-    if not algorithm.get(token_records.STEPS_KEY):
-        return
-    try:
-        steps = token_records.recorded_steps(algorithm, int(trainer.total_training_steps))
-    except ValueError as exc:
-        raise VerlBotConfigError(f"verl-bot: {exc}") from exc
-    step = int(trainer.global_steps)
-    if step not in steps:
-        return
-    try:
-        estimator = str(getattr(algorithm.adv_estimator, "value", algorithm.adv_estimator))
-        groups = int(algorithm.get(token_records.GROUPS_KEY, token_records.DEFAULT_GROUPS))
-        records = token_records.build_records(step, estimator, fetch_record_rows(batch), trainer.tokenizer, groups)
-        folder = token_records.record_dir(algorithm, trainer.config.trainer.default_local_dir)
-        # a step with several advantage calls appends to its file (only the last step is remembered)
-        path = token_records.write_records(folder, step, records, append=trainer.__dict__.get(RECORDED_ATTR) == step)
-        trainer.__dict__[RECORDED_ATTR] = step
-        logger.info("token records of step %d: %d rollouts -> %s", step, len(records), path)
-    except Exception as exc:  # noqa: BLE001 - a report must never cost the run
-        logger.warning("token records of step %d not written: %s: %s", step, type(exc).__name__, exc)
-
-
 def _make_compute_advantage(original):
     @functools.wraps(original)
     def _compute_advantage(self, batch, metrics, *args, **kwargs):
         if not in_use(self.config):
             return original(self, batch, metrics, *args, **kwargs)
         result = _advantage_with_context(original, self, batch, metrics, *args, **kwargs)
-        record_tokens(self, batch)
+        record_step(self, lambda: fetch_record_rows(batch))
         return result
 
     return _compute_advantage

@@ -17,10 +17,10 @@ import functools
 import logging
 
 from verl_bot.hooks.v1.compute_advantage import column_values, padding_mask
-from verl_bot.hooks.v1.multi_trajectory import last_outputs
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch.activation import in_use
 from verl_bot.rewards.metrics import training_reward_metrics
+from verl_bot.step.failures import last_outputs
 
 logger = logging.getLogger("verl_bot")
 WARNED_ATTR = "_verl_bot_metrics_warned"

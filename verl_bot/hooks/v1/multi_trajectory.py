@@ -1,142 +1,22 @@
 """Hook: `verl.trainer.ppo.v1.trainer_base.compute_advantage_for_multi_trajectories` (failed rollouts earn nothing).
 
-The v1 trainer computes every estimator's advantages through this module
-global of `trainer_base`. When the active batch context
-(`verl_bot.hooks.v1.compute_advantage`) marks rows whose scorer failed (timeout,
-5xx, garbage: no verdict, so no reward to learn from), the wrapper:
-
-1. gives each failed row a group of its own (a fresh uid) and zero token
-   rewards, so it takes no part in its group's statistics (mean, std, K,
-   leave-one-out baselines) in ANY estimator, verl's own included;
-2. calls verl's function;
-3. sets the failed rows' advantages to 0 on every token, and their returns
-   too (not under GAE, where returns train the critic), and likewise every row
-   of a group that failures left with a single valid rollout (no group to
-   compare it with: verl's GRPO would hand it its raw score).
-
-So for `bot`/`pure` (and every estimator of this package) the valid rows get
-exactly the advantages of their groups without the failed rollouts; for
-verl's `grpo` with k >= 2 valid rollouts, exactly GRPO over those k.
-It also puts the batch's `old_log_probs` into the context for estimators that
-read them.
-
-Multi-output agent loops: verl keys each output `{uid}_{session}_{j}`; the
-outputs of one session (one of the n samples of a prompt) are one rollout.
-When a session of the batch has several rows, the wrapper puts each row's
-session into the context (`BatchContext.sessions`, read by `bot`), refuses
-verl-bot's other estimators with one line (they have no notion of a rollout
-of several rows), and a failure fails its whole session: a group counts its
-valid sessions, not rows.
+The v1 trainer computes every estimator's advantages through this module global of `trainer_base`, with the
+batch's row keys `{uid}_{session}_{j}`. The wrapper is `verl_bot.step.failures.advantages_without_failures`:
+inside a verl-bot step's batch context, failed rollouts (and multi-output sessions) out of their groups.
 """
 
 from __future__ import annotations
 
 import functools
 
-import numpy as np
-import torch
-
-from verl_bot.advantage import estimator_spec
-from verl_bot.credit.context import current
-from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.wrap import wrap
-
-CONTEXT_TENSORS = ("old_log_probs",)
-
-
-def session_keys(batch_keys: list[str]) -> np.ndarray | None:
-    """(B,) each row's session `{uid}_{session}` from verl's keys `{uid}_{session}_{j}`, or None when every
-    session has one row (a key of another form is a session of its own)."""
-    sessions = np.array([key.rsplit("_", 1)[0] if key.count("_") >= 2 else key for key in batch_keys], dtype=object)
-    return sessions if len(set(sessions.tolist())) < len(sessions) else None
-
-
-def last_outputs(batch_keys: list[str]) -> list[bool]:
-    """(B,) True on each session's last output (the highest `j` of its keys `{uid}_{session}_{j}`), the one whose
-    `reward_extra_info` verl copied to the session's earlier outputs; every row when no session has several."""
-    sessions = session_keys(batch_keys)
-    if sessions is None:
-        return [True] * len(batch_keys)
-    last: dict[str, tuple[int, int]] = {}
-    for row, (key, session) in enumerate(zip(batch_keys, sessions.tolist(), strict=True)):
-        j = int(key.rsplit("_", 1)[1]) if key != session else 0
-        if session not in last or j > last[session][0]:
-            last[session] = (j, row)
-    rows = {row for _, row in last.values()}
-    return [row in rows for row in range(len(batch_keys))]
-
-
-def refuse_multi_output(estimator: str, sessions: np.ndarray) -> None:
-    """Raise VerlBotConfigError (one line) for a verl-bot estimator other than `bot` on a multi-output batch."""
-    names, counts = np.unique(sessions.astype(str), return_counts=True)
-    worst = int(counts.argmax())
-    raise VerlBotConfigError(
-        f"verl-bot: adv_estimator={estimator} does not support multi-output loops (session {names[worst]} has "
-        f"{counts[worst]} trajectories); use bot or grpo"
-    )
-
-
-def exclusion_uids(
-    uids: np.ndarray, failed: np.ndarray, sessions: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """uids with every failed rollout in a group of its own, and (B,) bool: rows whose advantage must be 0.
-
-    Args:
-        uids: (B,) group label of each row.
-        failed: (B,) bool, the rows whose scorer failed.
-        sessions: (B,) rollout label of each row (a failed row fails its whole session), or None: rows.
-
-    Returns:
-        new_uids: (B,) object array; failed rows get `"<uid>#failed<row>"` (`<session>` for sessions).
-        zero: (B,) bool; the failed rows and every row of a group with failures left with one valid rollout.
-    """
-    units = np.arange(len(uids)) if sessions is None else np.asarray(sessions, dtype=object)
-    failed = np.isin(units, units[failed]) if sessions is not None else failed.copy()
-    new_uids = np.array(uids, dtype=object)
-    for row in np.flatnonzero(failed):
-        new_uids[row] = f"{uids[row]}#failed{units[row]}"
-    zero = failed.copy()
-    groups_with_failures = set(np.asarray(uids, dtype=object)[failed].tolist())
-    for uid in groups_with_failures:
-        members = (np.asarray(uids, dtype=object) == uid) & ~failed
-        if len(set(units[members].tolist())) == 1:
-            zero |= members
-    return new_uids, zero
+from verl_bot.step.failures import advantages_without_failures
 
 
 def _make_wrapper(original):
     @functools.wraps(original)
     def compute_advantage_for_multi_trajectories(data, batch_keys, adv_estimator, *args, **kwargs):
-        ctx = current()
-        if ctx is None:
-            return original(data, batch_keys, adv_estimator, *args, **kwargs)
-        for name in CONTEXT_TENSORS:
-            if name in data.batch.keys():
-                ctx.tensors[name] = data.batch[name]
-        ctx.sessions = session_keys(list(batch_keys))
-        estimator = str(getattr(adv_estimator, "value", adv_estimator))
-        if ctx.sessions is not None and estimator != "bot" and estimator_spec(estimator) is not None:
-            refuse_multi_output(estimator, ctx.sessions)
-        failed = ctx.failed.numpy() if ctx.failed is not None else None
-        if failed is None or not failed.any():
-            return original(data, batch_keys, adv_estimator, *args, **kwargs)
-
-        uids = data.non_tensor_batch["uid"]
-        new_uids, zero = exclusion_uids(uids, failed, ctx.sessions)
-        rows = torch.as_tensor(failed, device=data.batch["token_level_rewards"].device)
-        data.non_tensor_batch["uid"] = new_uids
-        data.batch["token_level_rewards"] = torch.where(rows[:, None], 0.0, data.batch["token_level_rewards"])
-        try:
-            out = original(data, batch_keys, adv_estimator, *args, **kwargs)
-        finally:
-            data.non_tensor_batch["uid"] = uids
-        out.non_tensor_batch["uid"] = uids
-        keep = ~torch.as_tensor(zero, device=rows.device)[:, None]
-        out.batch["advantages"] = out.batch["advantages"] * keep
-        if estimator != "gae":
-            out.batch["returns"] = out.batch["returns"] * keep
-        ctx.metrics["verl_bot/zero_advantage_rows"] = float(zero.sum())
-        return out
+        return advantages_without_failures(original, data, batch_keys, adv_estimator, *args, **kwargs)
 
     return compute_advantage_for_multi_trajectories
 

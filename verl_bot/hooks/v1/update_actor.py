@@ -2,23 +2,9 @@
 
 A run that does not use verl-bot (`verl_bot.launch.activation`) gets verl's method as it is.
 
-A. verl-bot's policy losses. verl hands a registered policy loss only tensors
-and the actor's config, a dataclass that refuses keys it does not know (so do
-`policy_loss` and every other node under `actor`). A verl-bot loss therefore
-keeps its knobs in the `algorithm` config (`+algorithm.<loss>_*`, e.g.
-`+algorithm.reco_rvar_cap`), which only the trainer reads. Around verl's
-method, when `actor_rollout_ref.actor.policy_loss.loss_mode` is one of
-verl-bot's losses:
-
-1. put those knobs into the batch's `extra_info` under `verl_bot_loss`. verl
-   sends `extra_info` to the actor workers with the update and every
-   micro-batch carries it (as it carries `temperature`);
-   `verl_bot.hooks.ppo_loss` makes it the active `loss_settings()` there;
-2. after the update, move the loss's metrics from `actor/<loss>/...` (verl
-   prefixes every actor metric) to `<loss>/...`, beside the estimator's.
-
-Also, when either half of ReCo is on, add `reco/weights_on` and
-`reco/token_ratio_on` (0/1) to the step's metrics: each half works alone.
+A. verl-bot's policy losses (`verl_bot.step.actor_update`): the loss's knobs go into the batch's `extra_info`
+(verl sends it to the actor workers with the update and every micro-batch carries it, as it carries
+`temperature`); after the update, the step's metrics are named (`update_metrics`).
 
 B. GRAIL (`algorithm.adv_estimator=grail`): answer spans and knobs for the update.
 
@@ -57,10 +43,7 @@ from verl_bot.advantage.grail import SETTINGS_KEY, SPAN_FIELD, GrailSettings, an
 from verl_bot.credit.spans import token_char_spans
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch.activation import in_use
-from verl_bot.losses import loss_knobs, loss_name
-from verl_bot.losses.reco import pairing_metrics
-
-EXTRA_INFO_KEY = "verl_bot_loss"
+from verl_bot.step.actor_update import LOSS_KNOBS_KEY, loss_update_knobs, update_metrics
 
 ESTIMATOR = "grail"
 # worker metric (after verl's `actor/` prefix) -> step metric
@@ -120,10 +103,10 @@ def _make_update_actor(original):
     def _update_actor(self, batch, metrics, *args, **kwargs):
         if not in_use(self.config):
             return original(self, batch, metrics, *args, **kwargs)
-        name = loss_name(self.config)
+        knobs = loss_update_knobs(self.config)
         estimator = str(getattr(self.config.algorithm.adv_estimator, "value", self.config.algorithm.adv_estimator))
-        if name is not None:
-            batch.extra_info[EXTRA_INFO_KEY] = loss_knobs(self.config, name)
+        if knobs is not None:
+            batch.extra_info[LOSS_KNOBS_KEY] = knobs
         update_batch, span_s = batch, None
         if estimator == ESTIMATOR:
             start = time.perf_counter()
@@ -132,14 +115,9 @@ def _make_update_actor(original):
         result = original(self, update_batch, metrics, *args, **kwargs)
         if result is update_batch:  # verl returns the batch it got: hand back the caller's
             result = batch
-        if name is not None:
-            prefix = f"actor/{name}/"
-            for key in [k for k in metrics if k.startswith(prefix)]:
-                metrics[key.removeprefix("actor/")] = metrics.pop(key)
+        update_metrics(self.config, metrics)
         if span_s is not None:
             _grail_metrics(self.config, metrics, rows=len(batch.keys), span_s=span_s)
-        loss_mode = self.config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")
-        metrics.update(pairing_metrics(estimator, str(loss_mode)))
         return result
 
     return _update_actor

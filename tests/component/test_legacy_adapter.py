@@ -1,0 +1,143 @@
+"""verl's legacy trainer (`trainer.use_v1=false`) through verl-bot's adapter (verl_bot/hooks/legacy/), on verl's
+own code: its agent loop's `_postprocess` stacking real padded outputs, its `ray_trainer.compute_advantage` and
+`compute_data_metrics` on a `DataProto`, its config composed by Hydra. Expected values are written by hand.
+
+The legacy trainer end to end (vLLM rollout, 2 steps): tests/e2e/test_legacy_trainer.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from verl import DataProto
+from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopWorker, _InternalAgentLoopOutput
+from verl.trainer.ppo import ray_trainer
+
+from tests.conftest import compose_verl_config
+from verl_bot.errors import FATAL_KEY, VerlBotConfigError
+from verl_bot.hooks.legacy.agent_loop import DENSE_KEY
+from verl_bot.hooks.legacy.trainer import active
+
+BOT = ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot", "trainer.use_v1=false"]
+PROMPT, RESPONSE = 3, 5  # padded widths
+
+
+def padded_output(prompt: list[int], response: list[int], info: dict, dense=None) -> _InternalAgentLoopOutput:
+    """One output as verl's legacy `_agent_loop_postprocess` pads it (prompt left, response right), with what
+    verl-bot's wrapper of it leaves: a float `reward_score`, the dense one in `extra_fields`."""
+    p_pad, r_pad = PROMPT - len(prompt), RESPONSE - len(response)
+    prompt_ids = torch.tensor([[0] * p_pad + prompt])
+    response_ids = torch.tensor([response + [0] * r_pad])
+    attention = torch.tensor([[0] * p_pad + [1] * len(prompt) + [1] * len(response) + [0] * r_pad])
+    extra = {"reward_extra_info": info, **({DENSE_KEY: dense} if dense is not None else {})}
+    return _InternalAgentLoopOutput(
+        prompt_ids=prompt_ids, response_ids=response_ids, input_ids=torch.cat([prompt_ids, response_ids], 1),
+        position_ids=torch.clamp(attention.cumsum(-1) - 1, min=0), response_mask=attention[:, PROMPT:],
+        attention_mask=attention, reward_score=0.0, num_turns=2, metrics=AgentLoopMetrics(), extra_fields=extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def worker():
+    """What verl's `_postprocess` reads of its worker: the config and the reward-loop handles."""
+    return SimpleNamespace(config=compose_verl_config(BOT), reward_loop_worker_handles=["streaming"])
+
+
+def test_dense_rows_and_streams_replace_verls_last_token_scalar(worker):
+    outputs = [
+        padded_output([5, 6], [7, 8, 9], {"score": 1.0, "local_signal": 1.0},
+                      {"token_rewards": [0.5, -0.5, 1.0], "streams": {"local": [0.0, -1.0, 0.0]}}),
+        padded_output([5], [7, 8, 9, 10, 11], {"score": -1.0, "scorer_error_msg": "x"},  # another key set
+                      {"token_rewards": [1.0, 2.0, 3.0, 4.0, 5.0], "streams": {"local": [0.0] * 5}}),
+    ]
+    out = AgentLoopWorker._postprocess(worker, outputs)
+    assert out.batch["rm_scores"].tolist() == [[0.5, -0.5, 1.0, 0.0, 0.0], [1.0, 2.0, 3.0, 4.0, 5.0]]
+    assert out.batch["bot_stream_local"].tolist() == [[0.0, -1.0, 0.0, 0.0, 0.0], [0.0] * 5]
+    # each row keeps its own dict; nothing flattened by the first row's keys, no dense reward left behind
+    assert list(out.non_tensor_batch["reward_extra_info"]) == [
+        {"score": 1.0, "local_signal": 1.0}, {"score": -1.0, "scorer_error_msg": "x"}]
+    assert "score" not in out.non_tensor_batch and DENSE_KEY not in out.non_tensor_batch
+    assert out.meta_info["reward_extra_keys"] == []
+
+
+def test_a_fatal_marker_or_a_vector_of_the_wrong_length_stops_the_run(worker):
+    fatal = padded_output([5], [7, 8], {FATAL_KEY: "no scorer for data_source='x'"}, [0.0, 0.0])
+    with pytest.raises(VerlBotConfigError, match="no scorer for data_source='x'"):
+        AgentLoopWorker._postprocess(worker, [fatal])
+    short = padded_output([5], [7, 8, 9], {"score": 0.0}, [1.0, 2.0])  # 2 rewards, 3 tokens
+    with pytest.raises(VerlBotConfigError, match="2 token rewards .* response of 3 tokens"):
+        AgentLoopWorker._postprocess(worker, [short])
+
+
+def test_a_scalar_run_is_verls_own_postprocess():
+    plain = SimpleNamespace(config=compose_verl_config(["trainer.use_v1=false"]), reward_loop_worker_handles=["x"])
+    item = padded_output([5], [7, 8], {"acc": 1.0})
+    item.reward_score = 2.0
+    out = AgentLoopWorker._postprocess(plain, [item])
+    assert out.batch["rm_scores"].tolist() == [[0.0, 2.0, 0.0, 0.0, 0.0]]  # verl's scalar on the last token
+    assert out.non_tensor_batch["acc"].tolist() == [1.0]  # verl flattens reward_extra_info itself
+
+
+def test_a_multi_output_loop_stops_the_legacy_run(worker):
+    with pytest.raises(VerlBotConfigError, match="returned 2 outputs for one sample .* trainer.use_v1=true"):
+        asyncio.run(AgentLoopWorker._agent_loop_postprocess(worker, [object(), object()], False))
+
+
+def legacy_batch(rewards: list[list[float]], uids: list[str], failed: list[bool]) -> DataProto:
+    """A legacy trainer's batch at its advantage step: right-padded (B, T) rewards and masks, per-row dicts."""
+    width = max(len(r) for r in rewards)
+    scores = torch.zeros(len(rewards), width)
+    mask = torch.zeros(len(rewards), width, dtype=torch.int64)
+    for i, r in enumerate(rewards):
+        scores[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    infos = np.empty(len(rewards), dtype=object)
+    infos[:] = [{"score": 0.0, "scorer_failed": float(f)} for f in failed]
+    ones = torch.ones(len(rewards), 1, dtype=torch.int64)
+    return DataProto(
+        batch=TensorDict({"token_level_rewards": scores, "token_level_scores": scores.clone(), "response_mask": mask,
+                          "prompts": ones, "responses": mask.clone(), "attention_mask": torch.cat([ones, mask], 1)},
+                         batch_size=len(rewards)),
+        non_tensor_batch={"uid": np.array(uids, dtype=object), "reward_extra_info": infos,
+                          "data_source": np.array(["toy"] * len(rewards), dtype=object)},
+    )
+
+
+def test_legacy_advantages_are_bot_of_the_rows_whose_scorer_answered():
+    trainer = SimpleNamespace(config=compose_verl_config(BOT), global_steps=1, total_training_steps=2)
+    # group a: three rollouts, the third failed; group b: two rollouts, one failed (the other is left alone)
+    data = legacy_batch([[1.0, 1.0], [0.0, 0.0], [9.0, 9.0], [2.0], [5.0]], ["a", "a", "a", "b", "b"],
+                        [False, False, True, False, True])
+    with active(trainer):
+        out = ray_trainer.compute_advantage(data, "bot", config=trainer.config.algorithm)
+        metrics = ray_trainer.compute_data_metrics(out, use_critic=False)
+    # group a without its failed row: 4 tokens of weight 1/(K L) = 1/4, rewards 1,1,0,0: mean 0.5, std 0.5
+    # (the bag's weighted std, BoT's Eq. 3, + its eps 1e-6): A = +1 on row 0, -1 on row 1
+    expected = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    torch.testing.assert_close(out.batch["advantages"], expected, atol=1e-5, rtol=0)
+    assert metrics["verl_bot/scorer_failed_rows"] == 2.0 and metrics["verl_bot/zero_advantage_rows"] == 3.0
+    assert metrics["reward/scorer_failed/mean"] == pytest.approx(2 / 5)
+    assert data.non_tensor_batch["uid"].tolist() == ["a", "a", "a", "b", "b"]  # the caller's uids back
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algorithm.adv_estimator=grail", "trainer.use_v1=false"], "adv_estimator=grail needs verl's v1 trainer"),
+])
+def test_what_the_legacy_trainer_cannot_run_is_refused_before_ray(overrides, message):
+    from verl_bot.launch.trainer_modes import trainer_mode_problem
+
+    assert message in trainer_mode_problem(compose_verl_config(overrides))
+    assert trainer_mode_problem(compose_verl_config(["algorithm.adv_estimator=grail"])) is None  # v1: runs
+
+
+def test_outside_a_legacy_verl_bot_fit_the_functions_are_verls():
+    data = legacy_batch([[1.0, 1.0], [0.0, 0.0]], ["a", "a"], [False, True])
+    out = ray_trainer.compute_advantage(data, "grpo", config=compose_verl_config(BOT).algorithm)
+    # verl's GRPO on both rows (no exclusion outside a verl-bot fit): scores 2 and 0, mean 1, std sqrt(2)
+    expected = torch.tensor([1.0, -1.0]) / (2**0.5 + 1e-6)
+    torch.testing.assert_close(out.batch["advantages"][:, 0], expected)

@@ -1,0 +1,85 @@
+"""The batch context of one advantage computation, and the stop when the scorers keep failing.
+
+Both trainer adapters call `step_context` with the batch's rows (each trajectory's `extra_fields`, with its
+`reward_extra_info`, plus its `data_source`), its padding rows and two readers for what the configured estimator
+declared (`EstimatorSpec.streams`, `EstimatorSpec.fields`); the context is active (`verl_bot.credit.context`)
+while verl computes the advantages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from verl_bot.advantage import estimator_spec
+from verl_bot.credit.context import BatchContext
+from verl_bot.errors import VerlBotConfigError
+from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
+
+STREAK_ATTR = "_verl_bot_failure_streak"
+
+
+def failed_mask(rows: list[dict], padding: torch.Tensor) -> torch.Tensor:
+    """(B,) bool: rows whose scorer failed (`reward_extra_info.scorer_failed`), padding excluded."""
+    failed = [float((row.get("reward_extra_info") or {}).get("scorer_failed", 0.0) or 0.0) > 0 for row in rows]
+    return torch.tensor(failed, dtype=torch.bool) & ~padding
+
+
+def check_failure_rate(streak: list[float], share: float, rows: list[dict], failed: torch.Tensor, settings: dict):
+    """Append this step's failure share to `streak` (or clear it); raise when it exceeded the limit long enough.
+
+    Raises `VerlBotConfigError` naming the failing data source(s) and the scorer's last error message.
+    """
+    if share <= float(settings["max_failure_rate"]):
+        streak.clear()
+        return
+    streak.append(share)
+    if len(streak) < int(settings["failure_patience"]):
+        return
+    failed_rows = [row for row, bad in zip(rows, failed.tolist(), strict=True) if bad]
+    infos = [row.get("reward_extra_info") or {} for row in failed_rows]
+    sources = sorted({str(row.get("data_source", "?")) for row in failed_rows})
+    last_error = next((i["scorer_error_msg"] for i in reversed(infos) if i.get("scorer_error_msg")), "(no message)")
+    shares = ", ".join(f"{s:.2f}" for s in streak)
+    raise VerlBotConfigError(
+        f"verl-bot: the scorer failed on {shares} of the rollouts for {len(streak)} consecutive steps "
+        f"(> reward.reward_kwargs.bot.max_failure_rate={settings['max_failure_rate']}, failure_patience="
+        f"{settings['failure_patience']}); scorer of data_source {', '.join(sources)}: last error: {last_error}"
+    )
+
+
+def step_context(
+    trainer: Any,
+    rows: list[dict],
+    padding: torch.Tensor,
+    read_streams: Callable[[tuple[str, ...]], dict[str, torch.Tensor]],
+    read_fields: Callable[[list[str]], dict[str, torch.Tensor]],
+) -> tuple[BatchContext | None, dict[str, float]]:
+    """The batch context of this step's advantage call and the metrics it adds, or (None, {}) for a run with
+    neither verl-bot's manager nor one of its estimators.
+
+    With the `bot` manager: the failed rows, and the failure-rate stop (`check_failure_rate`, its streak kept on
+    `trainer`). Args: `rows` (B,) dicts as above; `padding` (B,) bool, rows verl added to fill the batch;
+    `read_streams(names)` -> stream name -> (B, T); `read_fields(names)` -> field name -> (B, T).
+    """
+    config = trainer.config
+    spec = estimator_spec(config.algorithm.adv_estimator)
+    bot_manager = bot_manager_in_use(config)
+    if spec is None and not bot_manager:
+        return None, {}
+    ctx = BatchContext(rows=rows)
+    metrics = {}
+    if bot_manager:
+        settings = manager_settings(config)
+        ctx.dense_rewards = bool(settings["token_level"])
+        ctx.failed = failed_mask(rows, padding)
+        share = float(ctx.failed.sum()) / max(int((~padding).sum()), 1)
+        check_failure_rate(trainer.__dict__.setdefault(STREAK_ATTR, []), share, rows, ctx.failed, settings)
+        metrics["verl_bot/scorer_failed_rows"] = float(ctx.failed.sum())
+    if spec is not None and spec.streams:
+        ctx.streams = read_streams(spec.streams)
+    if spec is not None and spec.fields:
+        ctx.tensors.update(read_fields(list(spec.fields)))
+    return ctx, metrics
