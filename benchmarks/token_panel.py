@@ -133,6 +133,7 @@ def main(argv=None) -> int:
     from verl_bot.cpu.tiny_model import build_tokenizer
     from verl_bot.hooks.v1 import tracker_panel
     from verl_bot.observe import panels
+    from verl_bot.step import panel
 
     logging.getLogger("transfer_queue").setLevel(logging.ERROR)  # one warning per call about this machine's cores
     temp = tempfile.mkdtemp(prefix="vbpanel", dir="/tmp")
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
     tq = start_transfer_queue(temp)
     trackers = Tracking("verl_bot_bench", "token_panel", ["wandb", "tensorboard"])
     trainer = make_trainer(tokenizer, trackers)
-    shown = tracker_panel.showing_trackers(trainer)
+    shown = panel.showing_trackers(trainer.logger)
     made = {"full": put_step(tq, "f", args.rows, args.group, args.tokens, args.prompt, len(tokenizer)),
             "quarter": put_step(tq, "q", max(args.rows // 4, args.group), args.group, args.tokens, args.prompt,
                                 len(tokenizer), seed=1)}

@@ -623,7 +623,7 @@ vb_overrides() {   # "$@": the user's overrides (they win, vb_user_wins)
             "+reward.reward_kwargs.bot.prm.combine=${PRM_COMBINE}"
         )
     fi
-    if [[ "${NNODES}" -gt 1 ]]; then   # the judges every node must reach before step 1 (verl_bot/hooks/v1/node_reach.py)
+    if [[ "${NNODES}" -gt 1 ]]; then   # the judges every node must reach before step 1 (verl_bot/hooks/node_reach.py)
         local var reach=()
         for var in "${JUDGE_VARS[@]}"; do
             [[ -z "${!var}" ]] || reach+=("${var}=${!var}")

@@ -65,7 +65,7 @@ vb_run_trainer() {
 }
 
 # vb_fresh_metrics CKPT_DIR: a fresh run starts a fresh $VERL_FILE_LOGGER_PATH; a run that resumes from CKPT_DIR
-# (verl's trainer.resume_mode=auto, the default) keeps the metrics of the steps before it (verl_bot/hooks/v1/resume.py)
+# (verl's trainer.resume_mode=auto, the default) keeps the metrics of the steps before it (verl_bot/hooks/resume.py)
 vb_fresh_metrics() {
     if [[ ! -f "$1/latest_checkpointed_iteration.txt" ]]; then
         rm -f "${VERL_FILE_LOGGER_PATH}"

@@ -141,3 +141,46 @@ def test_outside_a_legacy_verl_bot_fit_the_functions_are_verls():
     # verl's GRPO on both rows (no exclusion outside a verl-bot fit): scores 2 and 0, mean 1, std sqrt(2)
     expected = torch.tensor([1.0, -1.0]) / (2**0.5 + 1e-6)
     torch.testing.assert_close(out.batch["advantages"][:, 0], expected)
+
+
+def test_the_legacy_step_sends_its_token_panel_to_verls_trackers(tokenizer, tmp_path, monkeypatch):
+    """The legacy `fit` makes verl's `Tracking` itself: the step's panel and histograms reach real wandb (offline)
+    and TensorBoard files through it, at the step's number, from the step's `DataProto`."""
+    from tests.component.test_tracking import offline_trackers, tensorboard_panels, wandb_panels
+
+    config = compose_verl_config([*BOT, "trainer.logger=[wandb,tensorboard]", "trainer.total_training_steps=2"])
+    trainer = SimpleNamespace(config=config, global_steps=1, total_training_steps=2, tokenizer=tokenizer)
+    texts = ["say a", "say b"]
+    prompts = [tokenizer.encode(t) for t in texts]
+    # G = 1 and 0 (w_g = w_s = 1): r_t = G + S_t; S_t on the masked tokens: -0.5, 0 | 0, 0 | +0.5 | -1, 0
+    rollouts = [(0, [1.0, 0.5, 1.0], 1.0), (0, [1.0, 1.0], 1.0), (1, [0.5], 0.0), (1, [-1.0, 0.0], 0.0)]
+    width_p, width_r = max(len(p) for p in prompts), 3
+    batch = {name: torch.zeros(4, width_r) for name in ("token_level_scores", "advantages", "returns")}
+    prompt_ids = torch.zeros(4, width_p, dtype=torch.int64)
+    response_ids = torch.zeros(4, width_r, dtype=torch.int64)
+    attention = torch.zeros(4, width_p + width_r, dtype=torch.int64)
+    for i, (g, rewards, _) in enumerate(rollouts):
+        prompt_ids[i, width_p - len(prompts[g]):] = torch.tensor(prompts[g])
+        attention[i, width_p - len(prompts[g]): width_p + len(rewards)] = 1
+        response_ids[i, : len(rewards)] = torch.tensor(tokenizer.encode("x" * len(rewards))[: len(rewards)])
+        batch["token_level_scores"][i, : len(rewards)] = torch.tensor(rewards)
+        batch["advantages"][i, : len(rewards)] = torch.tensor(rewards) - 0.5
+    infos = np.empty(4, dtype=object)
+    infos[:] = [{"score": score} for _, _, score in rollouts]
+    data = DataProto(
+        batch=TensorDict({**batch, "token_level_rewards": batch["token_level_scores"].clone(), "prompts": prompt_ids,
+                          "responses": response_ids, "attention_mask": attention,
+                          "response_mask": attention[:, width_p:].clone()}, batch_size=4),
+        non_tensor_batch={"uid": np.array(["a", "a", "b", "b"], dtype=object), "reward_extra_info": infos,
+                          "data_source": np.array(["toy"] * 4, dtype=object)},
+    )
+    with offline_trackers(tmp_path, monkeypatch, ["wandb", "tensorboard"]) as trackers, active(trainer):
+        ray_trainer.compute_data_metrics(data, use_critic=False)
+        trackers.log({"reward/score/mean": 0.5}, step=1)  # verl's scalars of the step: the panel goes first
+    shown = wandb_panels(tmp_path)
+    assert list(shown) == [1]
+    counts, bins = shown[1]["histograms"]["verl_bot/S_t"]
+    assert sum(counts) == 8 and (bins[0], bins[-1]) == pytest.approx((-1.0, 0.5))  # 8 response tokens
+    assert "say a" in shown[1]["html"] and "say b" in shown[1]["html"]
+    texts_tb, histograms, scalars = tensorboard_panels(tmp_path / "tb")
+    assert list(texts_tb) == [1] and histograms["verl_bot/A_t"][1].num == 8 and "reward/score/mean" in scalars

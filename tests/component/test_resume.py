@@ -1,4 +1,4 @@
-"""A resumed verl-bot run keeps the metrics of its earlier steps (verl_bot/hooks/v1/resume.py), through verl 0.9.1's
+"""A resumed verl-bot run keeps the metrics of its earlier steps (verl_bot/hooks/resume.py), through verl 0.9.1's
 own `Tracking` and `FileLogger` (which open the metrics file with mode "wb"); a stock run is left as verl makes it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from verl_bot.hooks.v1 import resume
+from verl_bot.hooks import resume
 from verl_bot.hooks.wrap import PATCHED_ATTR
 
 BOT = {"algorithm": {"adv_estimator": "bot"}, "reward": {"reward_manager": {"name": "bot"}}}
@@ -63,3 +63,35 @@ def test_the_path_is_verls_own(tmp_path, monkeypatch):
     file_logger.finish()
     assert resume.file_logger_path("proj", "exp") == file_logger.filepath
     assert resume.lines_through(str(tmp_path / "none.jsonl"), 3) == b""
+
+
+def test_the_legacy_trainer_keeps_the_steps_up_to_the_checkpoint_it_resumes_from(killed_run, tmp_path):
+    """verl's legacy `fit` opens its `FileLogger` before it loads the checkpoint: the wrapped `fit` reads the step
+    first, as verl's `_load_checkpoint` will (its tracker file `latest_checkpointed_iteration.txt`)."""
+    from verl.utils.tracking import Tracking
+
+    from verl_bot.hooks.legacy.trainer import _make_fit
+
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "global_step_4").mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
+    trainer_config = {"resume_mode": "auto", "default_local_dir": str(ckpt), "resume_from_path": None}
+    trainer = SimpleNamespace(config=OmegaConf.create({**BOT, "trainer": trainer_config}), global_steps=0)
+
+    def legacy_fit(self):  # verl's order: the logger first, then the checkpoint, then step 5
+        Tracking(project_name="p", experiment_name="e", default_backend=["file"]).log(data={"x": 7.0}, step=5)
+
+    _make_fit(legacy_fit)(trainer)
+    assert [json.loads(ln)["step"] for ln in killed_run.read_text().splitlines()] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(("mode", "path", "step"), [("auto", None, 4), ("disable", None, 0),
+                                                     ("resume_path", "/x/global_step_2", 2)])
+def test_the_legacy_resume_step_is_the_one_verls_load_checkpoint_reads(tmp_path, mode, path, step):
+    (tmp_path / "global_step_4").mkdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
+    config = OmegaConf.create({"trainer": {"resume_mode": mode, "default_local_dir": str(tmp_path),
+                                           "resume_from_path": path}})
+    assert resume.legacy_resume_step(config) == step
+    config.trainer.default_local_dir = str(tmp_path / "empty")
+    assert resume.legacy_resume_step(config) == (2 if mode == "resume_path" else 0)

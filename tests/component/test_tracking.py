@@ -26,6 +26,7 @@ from verl_bot.eval.training_report import colour, shown_tokens, token_scales
 from verl_bot.hooks.v1 import tracker_panel
 from verl_bot.observe import panels
 from verl_bot.observe.token_records import read_records
+from verl_bot.step import panel
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "tests" / "fixtures" / "token_report" / "bot" / "token_records" / "step_20.jsonl"
@@ -307,10 +308,10 @@ def test_the_senders_write_real_tracker_files_read_back_equal(records, tmp_path,
         values = {"rewards": np.array([r for rec in records for r in rec["rewards"]]),
                   "advantages": np.array([a for rec in records for a in rec["advantages"]])}
         histograms = panels.step_histograms(values)
-        shown = tracker_panel.showing_trackers(type("T", (), {"logger": trackers})())
+        shown = panel.showing_trackers(trackers)
         assert sorted(shown) == ["tensorboard", "wandb"]
-        tracker_panel.send_wandb(shown["wandb"], 20, panels.panel_html(20, "bot", records[:6], 10), histograms)
-        tracker_panel.send_tensorboard(shown["tensorboard"].writer, 20,
+        panel.send_wandb(shown["wandb"], 20, panels.panel_html(20, "bot", records[:6], 10), histograms)
+        panel.send_tensorboard(shown["tensorboard"].writer, 20,
                                        panels.panel_markdown(20, "bot", records[:6], 10), histograms)
         trackers.log({"reward/score/mean": 0.5}, step=20)  # verl's scalars of the same step
     shown_panels = wandb_panels(tmp_path)

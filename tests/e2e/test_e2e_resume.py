@@ -18,7 +18,7 @@ tests/e2e/test_cpu_e2e.py:
 The reference also logs to wandb (offline) and tensorboard: its token-credit panels and S_t/A_t histograms (issue 37)
 are read back from both trackers' files equal to its token records (`check_trackers`).
 Checked on the kill and the resume, against the reference: the metrics file holds every step once, the killed
-launch's steps 1-2 kept (verl_bot/hooks/v1/resume.py); each step trained the same prompts with the same responses and
+launch's steps 1-2 kept (verl_bot/hooks/resume.py); each step trained the same prompts with the same responses and
 rewards (the dataloader continues where the checkpoint left it: the 4 steps of 8 prompts train each of the 32
 prompts of the epoch once); the actor's weights after step 2 (killed launch) and step 4 (resumed launch) are
 bit-equal to the reference's (under full_determinism verl-bot's replay-buffer hook gives every batch its rows in one

@@ -591,6 +591,6 @@ def test_aime_smollm_grail_resumes_from_its_checkpoint_with_its_weights_at_the_l
     assert records, "GRAIL's loss wrapper did not run in the resumed trainer"
     check_grail_records(records)
     # retention through verl's trainer: the resumed launch keeps KEEP_CKPTS=1 checkpoint, and the one of the first
-    # launch goes too (verl 0.9.1 counts only its own process's saves: verl_bot/hooks/v1/checkpoint_retention.py)
+    # launch goes too (verl 0.9.1 counts only its own process's saves: verl_bot/hooks/checkpoint_retention.py)
     assert "'max_actor_ckpt_to_keep': 1" in run.out + run.err, run.tail()
     assert sorted(p.name for p in (run.dir / "ckpt").glob("global_step_*")) == ["global_step_2"]

@@ -1,12 +1,12 @@
 """The node plan of the GPU recipes (verl_bot/launch/node_plan.py) and the check that every node reaches the run's URLs
-(verl_bot/launch/reach.py, verl_bot/hooks/v1/node_reach.py).
+(verl_bot/launch/reach.py, verl_bot/hooks/node_reach.py).
 
 The plan's pure functions on the recipes' batches (what each recipe's plan is on 8 idle 80 GB GPUs, on 7, with a
 judge on a GPU, with counts verl would pad); the edges on real things: nvidia-smi's text from the fake of
 tests/fake_gpus.py, the processes behind a real listening port (a parent that listens and a child that holds the
 GPU, as vLLM's server and engine), the real disk; the per-node check with a real Ray cluster (one node) against a URL
 that answers and one that does not, and the hook's gate; the checkpoints a resumed run keeps
-(verl_bot/hooks/v1/checkpoint_retention.py). The recipes' use of it: tests/component/test_recipes.py.
+(verl_bot/hooks/checkpoint_retention.py). The recipes' use of it: tests/component/test_recipes.py.
 """
 
 from __future__ import annotations
@@ -355,7 +355,7 @@ def _config(scorer: str, nnodes: int):
 def test_the_hook_checks_before_verls_init_on_several_nodes_only(ray_node):
     """`PPOTrainer.init` wrapped: with trainer.nnodes=2 a reward server no node reaches stops the run before verl's
     init (no model would load); on one node (the recipes checked from it) and for a stock run, verl's init runs."""
-    from verl_bot.hooks.v1.node_reach import _make_init
+    from verl_bot.hooks.node_reach import _make_init
     from verl_bot.launch import reach
 
     calls = []
@@ -376,7 +376,7 @@ def test_the_hook_checks_before_verls_init_on_several_nodes_only(ray_node):
     assert len(calls) == 3
 
 
-# --- the last checkpoints only, across resumes (verl_bot/hooks/v1/checkpoint_retention.py)
+# --- the last checkpoints only, across resumes (verl_bot/hooks/checkpoint_retention.py)
 # -----------------------------
 def _trainer(root: Path, *overrides: str):
     cfg = compose_verl_config([f"trainer.default_local_dir={root}", *overrides])
@@ -386,7 +386,7 @@ def _trainer(root: Path, *overrides: str):
 def test_a_resumed_run_keeps_only_the_last_checkpoints_of_all_its_launches(tmp_path):
     """verl counts only its own launch's checkpoints; after its save the wrapper removes the earlier launches' beyond
     `max_actor_ckpt_to_keep`, newest kept (a stock run, or one that keeps all, is left as verl leaves it)."""
-    from verl_bot.hooks.v1.checkpoint_retention import _make_save
+    from verl_bot.hooks.checkpoint_retention import _make_save
 
     root = tmp_path / "ckpt"
 

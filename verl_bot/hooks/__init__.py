@@ -27,11 +27,13 @@ changes and why there; `registries` puts verl-bot's names into verl's registries
     rollout_failure     AgentLoopWorker._run_agent_loop      a rollout lost to a dead engine marks its group
     response_mask       AgentLoopWorker._compute_score       the response mask travels to the bot manager
                                                              (multi-turn: which tokens are tool context)
-    resume              PPOTrainer.fit, tracking.FileLogger.__init__
+    resume              PPOTrainer.fit (legacy: see legacy/), tracking.FileLogger.__init__
                                                              a resumed run keeps the metrics of its earlier steps
-    node_reach          PPOTrainer.init                      on several nodes, every node reaches every reward server
+    node_reach          PPOTrainer.init, RayPPOTrainer.init_workers
+                                                             on several nodes, every node reaches every reward server
                                                              and judge before any model loads (verl_bot.launch.reach)
-    checkpoint_retention PPOTrainer._save_checkpoint         the last max_actor_ckpt_to_keep checkpoints, also after
+    checkpoint_retention PPOTrainer/RayPPOTrainer._save_checkpoint
+                                                             the last max_actor_ckpt_to_keep checkpoints, also after
                                                              a resume (verl counts only its own process's)
     weight_sync         vllm_rollout.ServerAdapter._execute_method, BucketedWeightSender._init_socket
                                                              a weight sync the rollout engine fails stops the run
@@ -87,10 +89,10 @@ PLAN: tuple[tuple[str, str], ...] = (
     (TRAINER_BASE, "v1.tracker_panel:install"),
     (TRAINER_BASE, "v1.update_actor:install"),
     (TRAINER_BASE, "v1.replay_buffer:install"),
-    (TRAINER_BASE, "v1.resume:install_fit"),
-    (TRAINER_BASE, "v1.node_reach:install"),
-    (TRAINER_BASE, "v1.checkpoint_retention:install"),
-    (TRAINER_BASE, "v1.resume:install_file_logger"),
+    (TRAINER_BASE, "resume:install_v1"),
+    (TRAINER_BASE, "node_reach:install_v1"),
+    (TRAINER_BASE, "checkpoint_retention:install_v1"),
+    (TRAINER_BASE, "resume:install_file_logger"),
     # when verl's agent loop is imported, so before verl's v1 agent loop (verl.trainer.ppo.v1.agent_loop_tq, which
     # imports it) makes its Ray actor class of AgentLoopWorker
     ("verl.experimental.agent_loop.agent_loop", "v1.rollout_failure:install"),
@@ -98,6 +100,9 @@ PLAN: tuple[tuple[str, str], ...] = (
     ("verl.experimental.agent_loop.agent_loop", "legacy.agent_loop:install"),
     ("verl.trainer.ppo.ray_trainer", "legacy.trainer:install"),
     ("verl.trainer.ppo.ray_trainer", "legacy.update_actor:install"),
+    ("verl.trainer.ppo.ray_trainer", "node_reach:install_legacy"),
+    ("verl.trainer.ppo.ray_trainer", "checkpoint_retention:install_legacy"),
+    ("verl.trainer.ppo.ray_trainer", "resume:install_file_logger"),  # a second time: the legacy trainer's process
     ("verl.workers.engine_workers", "ppo_loss:install"),
     ("verl.workers.engine.fsdp.transformer_impl", "engine_forward_step:install"),
     (f"{VLLM_ROLLOUT}.vllm_rollout", "weight_sync:install_adapter"),
@@ -112,10 +117,12 @@ TRAINER_PATHS = ("v1", "legacy")  # verl's trainers: `trainer.use_v1=true` (PPOT
 
 
 def trainer_path(step: str) -> str:
-    """The trainer path a step of `PLAN` belongs to: its subfolder ("v1", "legacy"), else "both"."""
-    module = step.split(":")[0]
+    """The trainer path a step of `PLAN` belongs to: its subfolder ("v1", "legacy"), else the suffix of its
+    function (`install_v1`, `install_legacy`: a module of this folder that serves both trainers), else "both"."""
+    module, function = step.split(":")
     folder = module.split(".")[0] if "." in module else ""
-    return folder if folder in TRAINER_PATHS else "both"
+    suffix = function.rsplit("_", 1)[-1]
+    return folder if folder in TRAINER_PATHS else suffix if suffix in TRAINER_PATHS else "both"
 
 
 def steps_for(path: str) -> list[tuple[str, str]]:

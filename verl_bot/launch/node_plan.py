@@ -344,7 +344,7 @@ def kept_at_once(keep: int, saves: int, resumed: bool = False) -> int:
     """Checkpoints on the disk at once. verl 0.9.1 removes the oldest of its own before a save when it keeps >= 2,
     after the new one is written when it keeps 1 (so 2 while it writes), none when it keeps all (0); a resumed run's
     earlier checkpoints, which verl does not count, verl-bot removes after each save
-    (`verl_bot.hooks.v1.checkpoint_retention`): one more while a save is written."""
+    (`verl_bot.hooks.checkpoint_retention`): one more while a save is written."""
     if keep <= 0:
         return saves
     return min(saves, max(keep, 2)) + (1 if resumed and keep >= 2 and saves else 0)

@@ -5,7 +5,7 @@ On several nodes verl's reward-loop workers run on every node and call the rewar
 fails every rollout the others score, each scored 0, and the run trains on. `check_nodes` runs one Ray task on
 each alive node of the cluster, pinned there, that GETs every URL: any HTTP answer (an error status too) shows the
 node reaches it. The first URL a node cannot reach stops the run with one line naming the node and the URL
-(`VerlBotConfigError`). `verl_bot.hooks.v1.node_reach` runs it at the start of verl's `PPOTrainer.init`, before any
+(`VerlBotConfigError`). `verl_bot.hooks.node_reach` runs it at the start of verl's `PPOTrainer.init`, before any
 model loads, for a verl-bot run on more than one node.
 
 The URLs (`targets`): the reward servers of the run's config, GET `<url>/health`, and the entries of

@@ -68,7 +68,9 @@ def _make_wrapper(original):
         except Exception as exc:
             message = engine_failure(exc)
             uid = kwargs.get("uid")
-            if message is not None and uid is not None and in_use(self.config):
+            # (the legacy trainer, without TransferQueue, gets the error itself: it propagates to its driver)
+            v1 = self.config.trainer.get("use_v1", True)
+            if message is not None and uid is not None and in_use(self.config) and v1:
                 import transfer_queue as tq
 
                 partition = "val" if trajectory.get("validate") else "train"

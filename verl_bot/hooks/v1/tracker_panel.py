@@ -39,28 +39,11 @@ from verl_bot.hooks.v1.compute_advantage import column_values, fetch_record_rows
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch.activation import in_use
 from verl_bot.observe import panels, token_records
-from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
+from verl_bot.step.panel import dense_weights, send_panel, showing_trackers
 
 logger = logging.getLogger("verl_bot")
-SHOWN_BY = ("wandb", "tensorboard")  # the trackers of verl's `Tracking` that get the panel and the histograms
 TIMER = "verl_bot_panel"
 WARNED_ATTR = "_verl_bot_panel_warned"
-
-
-def showing_trackers(trainer: Any) -> dict[str, Any]:
-    """{name: verl's logger object} of the trainer's trackers that show a panel (its `Tracking`, made by `fit`)."""
-    loggers = getattr(getattr(trainer, "logger", None), "logger", None) or {}
-    return {name: loggers[name] for name in SHOWN_BY if name in loggers}
-
-
-def dense_weights(config: Any) -> tuple[float, float] | None:
-    """(w_g, w_s) when the `bot` manager composes dense rewards `w_g * G + w_s * S_t` (w_s != 0), else None."""
-    if not bot_manager_in_use(config):
-        return None
-    settings = manager_settings(config)
-    if not settings["token_level"] or not float(settings["w_local"]):
-        return None
-    return float(settings["w_global"]), float(settings["w_local"])
 
 
 def flat_tokens(column: Any, lengths: list[int]) -> torch.Tensor:
@@ -114,22 +97,6 @@ def panel_records(trainer: Any, batch: Any, data: Any, padding: list[bool], roll
                                        trainer.tokenizer, 0)
 
 
-def send_wandb(wandb: Any, step: int, panel: str, histograms: dict[str, panels.Histogram]) -> None:
-    """The HTML panel and the histograms to the run of `wandb` (the module verl's `Tracking` logs with)."""
-    data = {panels.PANEL_KEY: wandb.Html(panel, inject=False)}
-    data.update({key: wandb.Histogram(np_histogram=(h.counts, h.edges)) for key, h in histograms.items()})
-    wandb.log(data, step=step)
-
-
-def send_tensorboard(writer: Any, step: int, panel: str, histograms: dict[str, panels.Histogram]) -> None:
-    """The Markdown panel (text dashboard) and the histograms to a torch SummaryWriter (verl's adapter's)."""
-    writer.add_text(panels.PANEL_KEY, panel, step)
-    for key, h in histograms.items():
-        writer.add_histogram_raw(key, min=h.low, max=h.high, num=h.num, sum=h.total, sum_squares=h.total_squares,
-                                 bucket_limits=h.edges[1:].tolist(), bucket_counts=h.counts.tolist(), global_step=step)
-    writer.flush()
-
-
 def log_panel(trainer: Any, batch: Any, settings: panels.PanelSettings, trackers: dict[str, Any]) -> None:
     """Steps 1-3 of the module docstring for the step `batch` (verl's KVBatchMeta of the whole step)."""
     import transfer_queue as tq
@@ -140,14 +107,9 @@ def log_panel(trainer: Any, batch: Any, settings: panels.PanelSettings, trackers
     padding = padding_mask(batch).tolist()
     if all(padding):
         return
-    histograms = panels.step_histograms(step_values(data, padding, dense))
+    values = step_values(data, padding, dense)
     records = panel_records(trainer, batch, data, padding, settings.rollouts)
-    step, estimator = int(trainer.global_steps), records[0]["estimator"]
-    if "wandb" in trackers:
-        send_wandb(trackers["wandb"], step, panels.panel_html(step, estimator, records, settings.tokens), histograms)
-    if "tensorboard" in trackers:
-        markdown = panels.panel_markdown(step, estimator, records, settings.tokens)
-        send_tensorboard(trackers["tensorboard"].writer, step, markdown, histograms)
+    send_panel(trackers, int(trainer.global_steps), records, values, settings.tokens)
 
 
 def settings_of(trainer: Any) -> panels.PanelSettings:
@@ -160,7 +122,7 @@ def settings_of(trainer: Any) -> panels.PanelSettings:
 
 def after_step(trainer: Any, batch: Any, settings: panels.PanelSettings, timing_raw: dict) -> None:
     """The panel of the step just trained, when it is a logged step and a tracker shows it; never raises."""
-    trackers = showing_trackers(trainer)
+    trackers = showing_trackers(getattr(trainer, "logger", None))
     if not trackers or not panels.logged_step(int(trainer.global_steps), int(trainer.total_training_steps),
                                                  settings.every):
         return

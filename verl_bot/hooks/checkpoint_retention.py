@@ -1,4 +1,5 @@
-"""Hook: `verl.trainer.ppo.v1.trainer_base.PPOTrainer._save_checkpoint` (the last checkpoints only, across resumes).
+"""Hook: the trainer's `_save_checkpoint` (the last checkpoints only, across resumes), on both trainers (v1
+`PPOTrainer`, legacy `RayPPOTrainer`: the same method and meaning).
 
 verl keeps `trainer.max_actor_ckpt_to_keep` checkpoints, but counts only those its checkpoint manager wrote in this
 process (`CheckpointManager.previous_saved_paths` starts empty): a run resumed after a stop never removes the
@@ -50,7 +51,13 @@ def _make_save(original):
     return _save_checkpoint
 
 
-def install() -> list[str]:
+def install_v1() -> list[str]:
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     return [wrap(PPOTrainer, "_save_checkpoint", ["self"], _make_save)]
+
+
+def install_legacy() -> list[str]:
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    return [wrap(RayPPOTrainer, "_save_checkpoint", ["self"], _make_save)]

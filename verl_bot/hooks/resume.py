@@ -1,11 +1,13 @@
-"""Hook: `PPOTrainer.fit` and `verl.utils.tracking.FileLogger.__init__` (a resumed run keeps its metrics file).
+"""Hook: the trainer's `fit` and `verl.utils.tracking.FileLogger.__init__` (a resumed run keeps its metrics file).
 
 verl's `FileLogger` opens `VERL_FILE_LOGGER_PATH` (or
 `$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`) with mode "wb"
 (`verl/utils/tracking.py`, verl 0.9.1), so a run resumed from its checkpoint
 (`trainer.resume_mode=auto`, verl's default) erases the metrics of every step
 before the resume: the history a user plots. verl's v1 trainer loads the
-checkpoint before `fit`, so `fit` starts with `global_steps` at the resumed step.
+checkpoint before `fit`, so `fit` starts with `global_steps` at the resumed step; the legacy trainer opens its
+`FileLogger` in `fit` before it loads the checkpoint, so its `fit` wrapper (`verl_bot.hooks.legacy.trainer`) notes
+the step verl's `_load_checkpoint` is about to resume from (`legacy_resume_step`).
 For a run that uses verl-bot (`verl_bot.launch.activation`; any other run gets verl's
 methods as they are), the `fit` wrapper records that step for this process,
 and the `FileLogger` wrapper then writes back, at the head of the file verl has
@@ -19,6 +21,7 @@ import functools
 import json
 import logging
 import os
+from typing import Any
 
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch.activation import in_use
@@ -55,11 +58,30 @@ def lines_through(path: str, step: int) -> bytes:
     return b"".join(kept)
 
 
+def note_resumed_step(step: int) -> None:
+    """This process's trainer resumes from `step` (0: a fresh run): the `FileLogger` then keeps the lines up to it."""
+    _resumed_at[:] = [step] if step > 0 else []
+
+
+def legacy_resume_step(config: Any) -> int:
+    """The step verl's legacy `RayPPOTrainer._load_checkpoint` resumes from, read as it reads it (0: none)."""
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    trainer = config.trainer
+    if trainer.resume_mode == "disable":
+        return 0
+    if trainer.resume_mode == "resume_path":
+        folder = str(trainer.resume_from_path)
+    else:
+        folder = find_latest_ckpt_path(os.path.abspath(str(trainer.default_local_dir)))
+    return int(str(folder).split("global_step_")[-1]) if folder and "global_step_" in str(folder) else 0
+
+
 def _make_fit(original):
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
-        if in_use(self.config) and int(getattr(self, "global_steps", 0) or 0) > 0:
-            _resumed_at[:] = [int(self.global_steps)]
+        if in_use(self.config):
+            note_resumed_step(int(getattr(self, "global_steps", 0) or 0))
         return original(self, *args, **kwargs)
 
     return fit
@@ -78,7 +100,7 @@ def _make_file_logger_init(original):
     return __init__
 
 
-def install_fit() -> list[str]:
+def install_v1() -> list[str]:
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     return [wrap(PPOTrainer, "fit", ["self", "agent_loop_manager"], _make_fit)]
