@@ -130,9 +130,9 @@ def advantages_without_failures(original, data, batch_keys, adv_estimator, *args
     finally:
         data.non_tensor_batch["uid"] = uids
     out.non_tensor_batch["uid"] = uids
-    keep = ~torch.as_tensor(zero, device=rows.device)[:, None]
-    out.batch["advantages"] = out.batch["advantages"] * keep
+    zero_rows = torch.as_tensor(np.flatnonzero(zero), device=rows.device)
+    out.batch["advantages"][zero_rows] = 0.0  # the estimator's own output: a few rows, in place
     if estimator != "gae":
-        out.batch["returns"] = out.batch["returns"] * keep
+        out.batch["returns"][zero_rows] = 0.0
     ctx.metrics["verl_bot/zero_advantage_rows"] = float(zero.sum())
     return out

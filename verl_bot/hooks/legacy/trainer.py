@@ -74,10 +74,11 @@ def running_trainer() -> Any:
 def batch_rows(data: Any) -> list[dict]:
     """(B,) each row's non-tensor values (`data_source`, agent-loop extra fields, ...) with its
     `reward_extra_info` dict, as the v1 adapter reads a trajectory's `extra_fields`."""
-    columns = data.non_tensor_batch
-    rows = [{key: values[i] for key, values in columns.items()} for i in range(len(data))]
+    keys = list(data.non_tensor_batch)
+    rows = [dict(zip(keys, values, strict=True)) for values in zip(*data.non_tensor_batch.values(), strict=True)]
     for row in rows:
-        row[INFO_KEY] = row.get(INFO_KEY) if isinstance(row.get(INFO_KEY), dict) else {}
+        if not isinstance(row.get(INFO_KEY), dict):
+            row[INFO_KEY] = {}
     return rows
 
 

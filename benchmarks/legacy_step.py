@@ -1,0 +1,105 @@
+"""Benchmark: a legacy-trainer step's advantage work with verl-bot's `bot` against verl's `grpo`, same path.
+
+    .venv/bin/python benchmarks/legacy_step.py [--rows 512] [--tokens 2048] [--group 8] [--repeats 15]
+
+verl's legacy trainer (`trainer.use_v1=false`) calls `ray_trainer.compute_advantage` and then
+`ray_trainer.compute_data_metrics` on the step's whole `DataProto`, on its driver. Both are verl-bot's wrappers
+(verl_bot/hooks/legacy/trainer.py) inside a legacy `fit` of a verl-bot run; timed here in one process on one
+batch (rows x tokens token rewards with the legacy trainer's padded tensors and one `reward_extra_info` dict a
+row, as the bot manager leaves them; a tenth of the rows failed), interleaved each round:
+
+- `bot`: `algorithm.adv_estimator=bot` with the `bot` manager, inside the legacy `fit` of a verl-bot run: the
+  batch context, failed rows out of their groups, the estimator, the reward metrics (what verl-bot adds);
+- `grpo`: verl's `grpo` on the same batch outside verl-bot (verl's functions as they are): the baseline.
+
+Printed: each path's best and median process CPU time (`--threads 1` is the load-robust figure) and wall time,
+and the ratios bot/grpo. Target: about 1 (issue 43: the legacy path's `bot` step costs no more than `grpo`'s on
+the same path; verl's own `compute_data_metrics`, the same for both, is most of either). Measured 2026-12-04 on
+this 2-core machine (shared with other work), 512 x 2048, 9 rounds: CPU best 13.0 ms against 12.7 ms (1.02),
+median 13.5 against 14.0 (0.96).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from types import SimpleNamespace
+
+
+def make_batch(rows: int, tokens: int, group: int, seed: int = 0):
+    import numpy as np
+    import torch
+    from tensordict import TensorDict
+    from verl import DataProto
+
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, tokens + 1, (rows,), generator=gen)
+    mask = (torch.arange(tokens)[None, :] < lengths[:, None]).to(torch.int64)
+    rewards = torch.randn(rows, tokens, generator=gen) * mask
+    ones = torch.ones(rows, 1, dtype=torch.int64)
+    infos = np.empty(rows, dtype=object)
+    infos[:] = [{"score": float(i % 3), "scorer_failed": float(i % 10 == 0), "local_signal": 1.0, "flags": ""}
+                for i in range(rows)]
+    batch = TensorDict({"token_level_scores": rewards, "token_level_rewards": rewards.clone(), "response_mask": mask,
+                        "prompts": ones, "responses": mask.clone(), "attention_mask": torch.cat([ones, mask], 1)},
+                       batch_size=rows)
+    uids = np.array([f"g{i // group}" for i in range(rows)], dtype=object)
+    return DataProto(batch=batch, non_tensor_batch={"uid": uids, "reward_extra_info": infos,
+                                                    "data_source": np.array(["toy"] * rows, dtype=object)})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=512)
+    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from verl.trainer.ppo import ray_trainer
+
+    from verl_bot.cpu.actor_engine import compose_trainer_config
+    from verl_bot.hooks.legacy.trainer import active
+
+    configs = {
+        "bot": compose_trainer_config(["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot",
+                                       "trainer.use_v1=false", "trainer.logger=[console]"]),
+        "grpo": compose_trainer_config(["algorithm.adv_estimator=grpo", "trainer.use_v1=false"]),
+    }
+
+    def step(name: str, data) -> None:
+        config = configs[name]
+        trainer = SimpleNamespace(config=config, global_steps=1, total_training_steps=100)
+        with active(trainer):
+            out = ray_trainer.compute_advantage(data, config.algorithm.adv_estimator, config=config.algorithm)
+            ray_trainer.compute_data_metrics(out, use_critic=False)
+
+    for name in configs:  # warm-up: imports, the estimators' first calls
+        step(name, make_batch(args.rows, args.tokens, args.group))
+    cpu: dict[str, list[float]] = {name: [] for name in configs}
+    wall: dict[str, list[float]] = {name: [] for name in configs}
+    names = list(configs)
+    for r in range(args.repeats):
+        for name in names[r % 2:] + names[: r % 2]:
+            data = make_batch(args.rows, args.tokens, args.group, seed=r)  # the same batch for both, untimed
+            t0, c0 = time.perf_counter(), time.process_time()
+            step(name, data)
+            cpu[name].append(time.process_time() - c0)
+            wall[name].append(time.perf_counter() - t0)
+    print(f"legacy step, {args.rows} rows x {args.tokens} tokens, groups of {args.group}, {args.repeats} rounds, "
+          f"{args.threads} thread(s)")
+    for name in names:
+        print(f"{name:5s} cpu best {min(cpu[name]) * 1e3:8.2f} ms median {statistics.median(cpu[name]) * 1e3:8.2f} ms"
+              f"  wall best {min(wall[name]) * 1e3:8.2f} ms")
+    best = min(cpu["bot"]) / min(cpu["grpo"])
+    median = statistics.median(cpu["bot"]) / statistics.median(cpu["grpo"])
+    print(f"ratio bot/grpo: cpu best {best:.2f} median {median:.2f} (target: about 1, no more than grpo's)")
+
+
+if __name__ == "__main__":
+    main()
