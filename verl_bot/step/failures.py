@@ -39,6 +39,13 @@ from verl_bot.credit.context import current
 from verl_bot.errors import VerlBotConfigError
 
 CONTEXT_TENSORS = ("old_log_probs",)
+_calls = [0]  # calls of `advantages_without_failures` in a batch context, in this process
+
+
+def calls() -> int:
+    """How often `advantages_without_failures` ran inside a batch context in this process (a trainer adapter checks
+    that verl's advantage step went through it: a hook that never fires would leave failed rows their advantages)."""
+    return _calls[0]
 
 
 def session_keys(batch_keys: list[str]) -> np.ndarray | None:
@@ -109,6 +116,7 @@ def advantages_without_failures(original, data, batch_keys, adv_estimator, *args
     ctx = current()
     if ctx is None:
         return original(*call, *args, **kwargs)
+    _calls[0] += 1
     for name in CONTEXT_TENSORS:
         if name in data.batch.keys():
             ctx.tensors[name] = data.batch[name]

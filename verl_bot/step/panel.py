@@ -13,10 +13,20 @@ from typing import Any
 
 import numpy as np
 
+from verl_bot.errors import VerlBotConfigError
 from verl_bot.observe import panels
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 SHOWN_BY = ("wandb", "tensorboard")  # the trackers of verl's `Tracking` that get the panel and the histograms
+
+
+def panel_settings(config: Any) -> panels.PanelSettings:
+    """The run's `algorithm.token_panel_*` knobs; a bad one is a `VerlBotConfigError` (the start-up checks refuse
+    it before Ray; here it stops the first step)."""
+    try:
+        return panels.panel_settings(config.algorithm)
+    except ValueError as exc:
+        raise VerlBotConfigError(f"verl-bot: {exc}") from exc
 
 
 def showing_trackers(tracking: Any) -> dict[str, Any]:

@@ -36,7 +36,6 @@ import torch
 
 from verl_bot.credit.context import use_context
 from verl_bot.credit.streams import FIELD_PREFIX, StreamsUnavailable
-from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.legacy.agent_loop import INFO_KEY
 from verl_bot.hooks.resume import legacy_resume_step, note_resumed_step
 from verl_bot.hooks.wrap import wrap
@@ -45,7 +44,7 @@ from verl_bot.observe import panels, token_records
 from verl_bot.rewards.metrics import training_reward_metrics
 from verl_bot.step.context import step_context
 from verl_bot.step.failures import advantages_without_failures
-from verl_bot.step.panel import SHOWN_BY, dense_weights, send_panel, showing_trackers
+from verl_bot.step.panel import SHOWN_BY, dense_weights, panel_settings, send_panel, showing_trackers
 from verl_bot.step.records import record_step
 
 STEP_METRICS_ATTR = "_verl_bot_step_metrics"
@@ -137,10 +136,7 @@ def step_values(data: Any, rows: list[dict], dense: tuple[float, float] | None) 
 def ready_panel(trainer: Any, data: Any) -> None:
     """The token-credit panel of this step (its rollouts' token records and the step's token values) kept on the
     trainer for `Tracking.log`, on a logged step of a run that logs to wandb or tensorboard."""
-    try:
-        settings = panels.panel_settings(trainer.config.algorithm)
-    except ValueError as exc:
-        raise VerlBotConfigError(f"verl-bot: {exc}") from exc
+    settings = panel_settings(trainer.config)
     backends = trainer.config.trainer.get("logger") or []
     backends = [backends] if isinstance(backends, str) else list(backends)
     step = int(trainer.global_steps)

@@ -19,7 +19,9 @@ adapter reads the batch from TransferQueue:
 3. make that the active `verl_bot.credit.context.BatchContext` while verl computes
    the advantages (`verl_bot.hooks.v1.multi_trajectory` takes failed rows out of
    their groups; estimators read streams and report diagnostics);
-4. add the estimator's diagnostics and `verl_bot/scorer_failed_rows` to the step's metrics;
+4. add the estimator's diagnostics and `verl_bot/scorer_failed_rows` to the step's metrics; stop the run (one
+   line, `inert`) when verl's advantage step went past `multi_trajectory`'s hook, or the replay buffer was built
+   without `replay_buffer`'s: hooks that a changed verl would leave silently inert;
 5. for any estimator, on the steps `algorithm.token_report_steps` asks for: read the rows back from
    TransferQueue after verl's own method wrote the advantages (token ids, `rm_scores`, advantages, uid,
    data_source) and write them as token records (`verl_bot.observe.token_records`) for the token-credit report.
@@ -34,8 +36,11 @@ import torch
 
 from verl_bot.credit.context import use_context
 from verl_bot.credit.streams import FIELD_PREFIX, StreamsUnavailable
+from verl_bot.errors import VerlBotConfigError
+from verl_bot.hooks.v1.replay_buffer import armed
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch.activation import in_use
+from verl_bot.step import failures
 from verl_bot.step.context import step_context
 from verl_bot.step.records import record_step
 
@@ -98,10 +103,32 @@ def _advantage_with_context(original, trainer, batch, metrics, *args, **kwargs):
     if ctx is None:
         return original(trainer, batch, metrics, *args, **kwargs)
     metrics.update(step_metrics)
+    before = failures.calls()
     with use_context(ctx):
         result = original(trainer, batch, metrics, *args, **kwargs)
     metrics.update(ctx.metrics)
+    if failures.calls() == before:
+        raise inert("trainer_base.compute_advantage_for_multi_trajectories", "hooks/v1/multi_trajectory.py",
+                    "failed rollouts would keep their advantages")
     return result
+
+
+def inert(target: str, hook: str, consequence: str) -> VerlBotConfigError:
+    """The one-line stop of a verl-bot run in which one of its hooks never fired (verl took another way)."""
+    import verl
+
+    return VerlBotConfigError(
+        f"verl-bot: verl {verl.__version__}'s trainer went past {target} without verl-bot's hook there "
+        f"(verl_bot/{hook}): {consequence}; `python -m verl_bot.compat` lists what changed"
+    )
+
+
+def check_buffer_armed(trainer: Any) -> None:
+    """Stop the run when verl's replay buffer was built without verl-bot's fatal-marker check (its
+    `_build_replay_buffer` hook never fired): a reward configuration error would then train on silently."""
+    if not armed(getattr(trainer, "replay_buffer", None)):
+        raise inert("PPOTrainer._build_replay_buffer", "hooks/v1/replay_buffer.py",
+                    "a reward configuration error would not stop the run")
 
 
 def _rows_of(column: Any, lengths: list[int]) -> list[list]:
@@ -153,6 +180,7 @@ def _make_compute_advantage(original):
     def _compute_advantage(self, batch, metrics, *args, **kwargs):
         if not in_use(self.config):
             return original(self, batch, metrics, *args, **kwargs)
+        check_buffer_armed(self)
         result = _advantage_with_context(original, self, batch, metrics, *args, **kwargs)
         record_step(self, lambda: fetch_record_rows(batch))
         return result

@@ -127,6 +127,12 @@ def response_ids(partition_id: str, keys: list[str]) -> dict[str, tuple[int, ...
     return {key: tuple(row.tolist()) for key, row in zip(keys, rows, strict=True)}
 
 
+def armed(buffer: Any) -> bool:
+    """False for verl's buffer whose fatal-marker check `arm` never installed (a custom sampler without that
+    method is never checked: True)."""
+    return getattr(buffer, CHECK, None) is None or CHECK in vars(buffer)
+
+
 def arm(buffer: Any, ordered: bool = False) -> Any:
     """Make `buffer`'s (this object's only) `_terminal_eviction_reasons` check for fatal markers first (a custom
     sampler without that method is left as it is: it is not checked); `ordered`: its batches' rows in put order

@@ -34,12 +34,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.v1.compute_advantage import column_values, fetch_record_rows, padding_mask
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch.activation import in_use
 from verl_bot.observe import panels, token_records
-from verl_bot.step.panel import dense_weights, send_panel, showing_trackers
+from verl_bot.step.panel import dense_weights, panel_settings, send_panel, showing_trackers
 
 logger = logging.getLogger("verl_bot")
 TIMER = "verl_bot_panel"
@@ -112,14 +111,6 @@ def log_panel(trainer: Any, batch: Any, settings: panels.PanelSettings, trackers
     send_panel(trackers, int(trainer.global_steps), records, values, settings.tokens)
 
 
-def settings_of(trainer: Any) -> panels.PanelSettings:
-    """The run's `algorithm.token_panel_*` knobs; a bad one is a `VerlBotConfigError`."""
-    try:
-        return panels.panel_settings(trainer.config.algorithm)
-    except ValueError as exc:
-        raise VerlBotConfigError(f"verl-bot: {exc}") from exc
-
-
 def after_step(trainer: Any, batch: Any, settings: panels.PanelSettings, timing_raw: dict) -> None:
     """The panel of the step just trained, when it is a logged step and a tracker shows it; never raises."""
     trackers = showing_trackers(getattr(trainer, "logger", None))
@@ -142,7 +133,7 @@ def _make_step(original):
     def step(self, metrics, timing_raw, *args, **kwargs):
         if not in_use(self.config):
             return original(self, metrics, timing_raw, *args, **kwargs)
-        settings = settings_of(self)
+        settings = panel_settings(self.config)
         batch = original(self, metrics, timing_raw, *args, **kwargs)
         after_step(self, batch, settings, timing_raw)
         return batch
