@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_bot.eval.training_report import colour
 from verl_bot.observe.token_records import read_records
+from verl_bot.observe.token_view import colour
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "token_report"

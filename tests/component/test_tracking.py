@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from verl_bot.credit.verdict import compose_token_rewards
-from verl_bot.eval.training_report import colour, shown_tokens, token_scales
 from verl_bot.hooks.v1 import tracker_panel
 from verl_bot.observe import panels
 from verl_bot.observe.token_records import read_records
+from verl_bot.observe.token_view import colour, shown_tokens, token_scales
 from verl_bot.step import panel
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import compose_verl_config
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.eval.training_report import NEGATIVE, POSITIVE, colour, display_segments, match_groups, nice_scale
+from verl_bot.eval.training_report import match_groups
 from verl_bot.launch.preflight import check_config
 from verl_bot.observe.token_records import (
     build_records,
@@ -24,6 +24,7 @@ from verl_bot.observe.token_records import (
     token_bytes,
     write_records,
 )
+from verl_bot.observe.token_view import NEGATIVE, POSITIVE, colour, display_segments, nice_scale
 
 
 # ------------------------------------------------------------------------------------------ token bytes

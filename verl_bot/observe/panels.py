@@ -32,7 +32,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from verl_bot.eval.training_report import (
+from verl_bot.observe.token_records import chosen_groups
+from verl_bot.observe.token_view import (
     NEGATIVE,
     POSITIVE,
     QUANTITIES,
@@ -43,7 +44,6 @@ from verl_bot.eval.training_report import (
     token_scales,
     token_segments,
 )
-from verl_bot.observe.token_records import chosen_groups
 
 EVERY_KEY = "token_panel_every"
 ROLLOUTS_KEY = "token_panel_rollouts"
