@@ -12,7 +12,11 @@ logs a failure only at DEBUG level. `register()` (idempotent):
 
 It is one transaction (`verl_bot.hooks.transaction`): whatever fails, now or at a
 later import, undoes every change and logs one ERROR line saying what is
-unavailable and why; verl then runs as it would without verl-bot. Nothing is
+unavailable and why; verl then runs as it would without verl-bot, except a run
+whose config names verl-bot (an estimator, a loss, the manager, its agent loop,
+a knob: `verl_bot.launch.activation`): verl's `validate_config`, which its driver
+calls before `ray.init`, stops it in one line naming the installed verl, the
+supported one and what failed (`refuse_verl_bot_runs`, outside the transaction). Nothing is
 logged otherwise: the one INFO line of a run that uses verl-bot comes from its
 driver (`verl_bot.hooks.validate_config`). Every hook passes through to verl
 for a run that does not use verl-bot (`verl_bot.launch.activation`).
@@ -24,6 +28,7 @@ else verl's `VERL_LOGGING_LEVEL`, else INFO; any case (`info`, `Warning`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -57,6 +62,38 @@ def _steps() -> None:
     hooks.install()
 
 
+REFUSER_ATTR = "__verl_bot_refuser__"
+
+
+def refuse_verl_bot_runs(failure: str) -> None:
+    """verl-bot is off in this process (`failure`): from now on verl's `validate_config` stops a run whose config
+    names verl-bot with one line, before Ray starts; any other run is checked by verl as before."""
+    import verl
+    import verl.utils.config as verl_config
+
+    original = verl_config.validate_config
+    if getattr(original, REFUSER_ATTR, False):
+        return
+
+    @functools.wraps(original)
+    def validate_config(config, *args, **kwargs):
+        from verl_bot import __version__
+        from verl_bot.errors import VerlBotConfigError
+        from verl_bot.hooks.compat import SUPPORTED_VERL
+        from verl_bot.launch.activation import why
+
+        reason = why(config)
+        if reason is not None:
+            raise VerlBotConfigError(
+                f"verl-bot {__version__} cannot run with the installed verl {verl.__version__} (supported: verl=="
+                f"{SUPPORTED_VERL}); the run names verl-bot ({reason}); {failure}"
+            )
+        return original(config, *args, **kwargs)
+
+    setattr(validate_config, REFUSER_ATTR, True)
+    verl_config.validate_config = validate_config
+
+
 def register() -> Ledger:
     """Ready verl-bot in this process (idempotent); returns the ledger of its changes to verl (`changes`,
     `failure`: why verl-bot is off here, None while it is on)."""
@@ -64,5 +101,6 @@ def register() -> Ledger:
     if not _registered:
         _registered = True
         logger.setLevel(log_level())
+        LEDGER.on_failure = refuse_verl_bot_runs  # now or at a later import
         LEDGER.step("registering verl-bot in verl", _steps)
     return LEDGER

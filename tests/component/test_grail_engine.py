@@ -127,7 +127,7 @@ def engine_result(tmp_path_factory, tiny_model_dir):
     env = {**os.environ, "VERL_PLATFORM": "cpu"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     port = str(29500 + os.getpid() % 400)
-    tests = str(Path(__file__).resolve().parents[1])
+    tests = str(Path(__file__).resolve().parents[1] / "unit")
     proc = subprocess.run([sys.executable, str(script), str(model_dir), tests, port], env=env,
                           capture_output=True, text=True, timeout=540)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]

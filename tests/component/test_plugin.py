@@ -112,3 +112,27 @@ def test_training_reward_metrics_average_over_all_rollouts_and_count_flags():
         "reward/flag/steps_truncated/mean": 1 / 4,
     }
     assert training_reward_metrics([]) == {}
+
+
+def test_on_a_verl_it_does_not_support_a_run_naming_verl_bot_stops_before_ray_in_one_line():
+    """verl's own `validate_config` (which its driver calls before `ray.init`) refuses a config that names
+    verl-bot, naming both versions; a stock config gets verl's own checks as before."""
+    code = (
+        "import verl; verl.__version__ = '9.9.9'; import verl_bot.verl_entry\n"
+        "from verl.utils.config import validate_config\n"
+        "from verl_bot.cpu.actor_engine import compose_trainer_config\n"
+        "for estimator in ('grpo', 'bot'):\n"
+        "    try:\n"
+        "        validate_config(compose_trainer_config([f'algorithm.adv_estimator={estimator}']), False, False)\n"
+        "    except Exception as exc:\n"
+        "        print(estimator, type(exc).__name__, str(exc).splitlines()[0])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "VERL_USE_EXTERNAL_PLUGINS": "none"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines())
+    assert not lines.get("grpo", "").startswith("VerlBotConfigError"), lines  # verl's own checks, nothing more
+    assert lines["bot"].startswith(
+        "VerlBotConfigError verl-bot 0.1.0 cannot run with the installed verl 9.9.9 (supported: verl==0.9.1); "
+        "the run names verl-bot (algorithm.adv_estimator=bot); registering verl-bot in verl: VerlApiMismatch"
+    ), lines

@@ -39,6 +39,7 @@ from verl_bot.hooks.v1 import (
 )
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch import activation as usage
+from verl_bot.step import failures
 
 STOCK = ["algorithm.adv_estimator=grpo"]
 BOT = ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot"]
@@ -263,7 +264,9 @@ def test_a_thousand_steps_of_the_hooks_keep_flat_memory(monkeypatch, tq):
     buffer = types.SimpleNamespace(finished_keys={"train": set()}, failure_keys={"train": set()},
                                    partitions={"train": {}}, _terminal_eviction_reasons=lambda *a: None)
     replay_buffer.arm(buffer)
-    advantage = compute_advantage._make_compute_advantage(lambda *args, **kwargs: None)
+    data = types.SimpleNamespace(batch={})  # verl's advantage step through verl-bot's failed-row exclusion, as in verl
+    advantage = compute_advantage._make_compute_advantage(
+        lambda *args, **kwargs: failures.advantages_without_failures(lambda *a, **k: None, data, None, "grpo"))
     metrics_hook = compute_metrics._make_compute_metrics(lambda *args, **kwargs: None)
 
     def step(i):
@@ -338,7 +341,7 @@ def test_a_missing_verl_method_is_a_verl_api_mismatch_naming_it():
     class Trainer:
         pass
 
-    with pytest.raises(VerlApiMismatch, match=r"has no tests\.test_invisible\..*Trainer\._update_actor$"):
+    with pytest.raises(VerlApiMismatch, match=r"has no tests\.e2e\.test_invisible\..*Trainer\._update_actor$"):
         wrap(Trainer, "_update_actor", ["self"], lambda original: original)
 
 

@@ -43,6 +43,7 @@ class Ledger:
     def __init__(self) -> None:
         self._undo: list[tuple[str, Callable[[], None]]] = []
         self.failure: str | None = None
+        self.on_failure: Callable[[str], None] | None = None  # called once with `failure` (the plugin's refuser)
 
     @property
     def changes(self) -> list[str]:
@@ -104,6 +105,11 @@ class Ledger:
             UNAVAILABLE,
         )
         logger.debug("verl-bot: the failed step's traceback", exc_info=exc)
+        if self.on_failure is not None:
+            try:
+                self.on_failure(self.failure)
+            except Exception:  # noqa: BLE001 - the error line above stands; verl runs on
+                logger.debug("verl-bot: could not install the refusal of verl-bot runs", exc_info=True)
 
     def rollback(self) -> None:
         """Undo every recorded change, newest first (an undo that fails does not stop the others)."""
