@@ -251,14 +251,18 @@ def test_prm_steps_become_token_rewards_and_calls_are_logged(
     # one call per rollout, in Qwen2.5-Math-PRM's format: the system prompt, the task, step TAG step TAG ...
     assert len(server.requests) == 2 and {r["task"] for r in server.requests} == {"token_classify"}
     assert {r["model"] for r in server.requests} == {"prm"}
-    sent = prm_tokenizer.decode(server.requests[0]["input"], skip_special_tokens=False)
-    assert prm.QWEN_PRM_SYSTEM in sent and TASK in sent
-    assert f"<step 1>3+4=7</step 1>{TAG}<step 2>7-2=5</step 2>{TAG}<final>5</final>{TAG}" in sent
+    # the two calls run concurrently: each request and log line is told by what it carries, never by its order
+    sent = [prm_tokenizer.decode(r["input"], skip_special_tokens=False) for r in server.requests]
+    assert all(prm.QWEN_PRM_SYSTEM in text and TASK in text for text in sent)
+    good = f"<step 1>3+4=7</step 1>{TAG}<step 2>7-2=5</step 2>{TAG}<final>5</final>{TAG}"
+    assert sum(good in text for text in sent) == 1, sent
     # the log replays: the same request to the same server gives the logged probabilities
     lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(lines) == 2 and lines[0]["url"] == f"{server.url}/pooling"
-    assert server.probabilities(lines[1]["request"]["input"]) == lines[1]["probabilities"] == [
-        [0.9, 0.1], [0.1, 0.9], [0.9, 0.1]]
+    assert len(lines) == 2 and {line["url"] for line in lines} == {f"{server.url}/pooling"}
+    for line in lines:
+        assert server.probabilities(line["request"]["input"]) == line["probabilities"]
+    assert sorted(line["probabilities"] for line in lines) == sorted([  # GOOD's steps, BAD_FIRST's
+        [[0.1, 0.9], [0.1, 0.9], [0.9, 0.1]], [[0.9, 0.1], [0.1, 0.9], [0.9, 0.1]]])
 
 
 def test_prm_feeds_the_process_stream_of_pure_and_pass(tiny_model_dir, tokenizer, prm_tokenizer, prm_tokenizer_dir):
