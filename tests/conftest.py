@@ -12,8 +12,9 @@ import pytest
 # fixtures are built once, on one worker) except the end-to-end modules whose tests share nothing costly, whose
 # tests spread over both; the longest modules go first, so that neither worker ends with a long one alone.
 SPREAD = {"test_cpu_e2e.py"}
-FIRST = ("test_recipes_cpu.py", "test_cpu_e2e.py", "test_e2e_resume.py", "test_e2e_verl_rewards.py", "test_e2e_reco.py",
-         "test_e2e_pass.py", "test_trainer_modes.py", "test_multi_output.py", "test_e2e_tool.py", "test_prm_served.py")
+FIRST = ("test_recipes_cpu.py", "test_cpu_e2e.py", "test_e2e_resume.py", "test_e2e_verl_rewards.py",
+         "test_legacy_trainer.py", "test_e2e_reco.py", "test_e2e_pass.py", "test_trainer_modes.py",
+         "test_multi_output.py", "test_e2e_tool.py", "test_prm_served.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group markers
