@@ -309,7 +309,8 @@ from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 state = lambda: [sorted(core_algos.ADV_ESTIMATOR_REGISTRY), sorted(core_algos.POLICY_LOSS_REGISTRY),
-                 {k: id(v) for k, v in vars(PPOTrainer).items()}, id(config.validate_config),
+                 {k: id(v) for k, v in vars(PPOTrainer).items()},
+                 id(getattr(config.validate_config, "__wrapped__", config.validate_config)),  # under the refuser
                  id(trainer_base.compute_advantage_for_multi_trajectories)]
 before = state()
 del PPOTrainer._update_actor  # a method verl renamed
@@ -318,7 +319,8 @@ import verl_bot.plugin
 ledger = verl_bot.plugin.register()
 import verl.workers.engine_workers as workers  # a later import changes nothing either
 print(json.dumps({"same": state() == before, "failure": ledger.failure, "changes": ledger.changes,
-                  "ppo_loss": getattr(workers.ppo_loss, "__verl_bot_hook__", False), "meta_path": [
+                  "ppo_loss": getattr(workers.ppo_loss, "__verl_bot_hook__", False),
+                  "refuser": getattr(config.validate_config, "__verl_bot_refuser__", False), "meta_path": [
                   type(f).__module__ for f in sys.meta_path]}))
 """
 
@@ -328,6 +330,7 @@ def test_a_failing_hook_undoes_everything_in_one_error_line():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["same"] and out["changes"] == [] and out["ppo_loss"] is False
+    assert out["refuser"] is True  # verl's validate_config, wrapped only to refuse runs that name verl-bot
     assert "verl_bot.hooks.on_import" not in out["meta_path"]
     assert "VerlApiMismatch" in out["failure"] and "PPOTrainer._update_actor" in out["failure"]
     errors = [line for line in proc.stderr.splitlines() if "verl-bot" in line]
