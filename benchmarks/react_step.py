@@ -53,7 +53,7 @@ from reward_servers.react.config import ReactConfig  # noqa: E402
 from reward_servers.react.server import ReactScorer  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "react_qwen.sh"
-COMMON = ROOT / "recipes" / "common.sh"
+SETTINGS = ROOT / "recipes" / "lib" / "settings.sh"  # the recipes' shared settings
 PROMPT = "Build a small single-page React app for the request."
 GEN_S_PER_STEP = (30.0, 60.0, 120.0)
 
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--render-slots", type=int, default=base.render_slots)
     ap.add_argument("--render-timeout-s", type=float, default=base.render_timeout_s)
     ap.add_argument("--warmup", type=int, default=8, help="compiling items sent before the step (not measured)")
-    ap.add_argument("--timeout-s", type=float, default=recipe_default(COMMON, "REWARD_TIMEOUT_S"),
+    ap.add_argument("--timeout-s", type=float, default=recipe_default(SETTINGS, "REWARD_TIMEOUT_S"),
                     help="per request, as the recipe's REWARD_TIMEOUT_S (the reward manager's timeout_s)")
     ap.add_argument("--gen-s-per-step", type=float, default=60.0,
                     help=f"generation seconds per step for the cores estimate (printed too: {GEN_S_PER_STEP})")

@@ -70,7 +70,7 @@ case "${TASK}" in
         RESPONSE_LENGTH=${RESPONSE_LENGTH:-48}  # 4 steps + final = 40 tokens
         LR=${LR:-5e-4}             # a warm-started model: 2e-3 undoes its arithmetic (bot and grpo alike)
         W_LOCAL=${W_LOCAL:-1.0}    # Eq. 8 with w_g = w_s = 1: the scorer already weighs S (0.5 * e_s / |S|)
-        PURE_STEP_SCALE=${PURE_STEP_SCALE:-10.0}  # S is 0.5 * e_s / |S|, as AIME's: 10 (recipes/common.sh)
+        PURE_STEP_SCALE=${PURE_STEP_SCALE:-10.0}  # S is 0.5 * e_s / |S|, as AIME's: 10 (recipes/lib/settings.sh)
         HAS_ANSWER=1
         ;;
     toy_calc)

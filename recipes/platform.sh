@@ -2,7 +2,7 @@
 # Sourced by the six paper recipes BEFORE their settings block: where the recipe runs. The CPU platform presets
 # its settings there (${VAR:-default}), so that the environment still wins and the recipe's own defaults fill in
 # the rest; the recipe's composed overrides stay the recipe's (only sizes, the platform and the model change).
-# SMOKE=1 (2 steps at a small batch, then a verdict block) is in recipes/common.sh.
+# SMOKE=1 (2 steps at a small batch, then a verdict block) is in recipes/lib/settings.sh and recipes/lib/launch.sh.
 #
 #   PLATFORM=gpu|cpu
 #                  gpu: NVIDIA GPUs and vLLM (the default). cpu: verl's trainer and verl's vLLM rollout on the CPU
@@ -14,7 +14,7 @@
 #   START_JUDGE=1  start the judges the task needs here (a `vllm serve` of JUDGE_MODEL_PATH, and for React of
 #                  VLM_JUDGE_MODEL_PATH when set; stopped on exit). auto (the default): when the run needs a judge,
 #                  none is given by URL and the recipe starts its reward server (START_SERVER=1, SMOKE=1); on a GPU
-#                  node each judge gets its own GPUs of the node plan (JUDGE_GPUS, VLM_JUDGE_GPUS: recipes/common.sh,
+#                  node each judge gets its own GPUs of the node plan (JUDGE_GPUS, VLM_JUDGE_GPUS: recipes/lib/node.sh,
 #                  verl_bot/launch/node_plan.py), on the CPU a tiny local model (it answers at random, which the reward
 #                  servers turn into verdicts and flags) whenever no judge URL is given.
 
@@ -67,10 +67,10 @@ if [[ "${PLATFORM}" == cpu ]]; then
     VPS_CUT_QUANTILE=${VPS_CUT_QUANTILE:-0.25}
     REWARD_TIMEOUT_S=${REWARD_TIMEOUT_S:-120}
     JUDGE_MAX_TOKENS=${JUDGE_MAX_TOKENS:-64}   # a verdict fits in 64 tokens; the tiny judge would ramble for 512
-    JUDGE_MODEL_PATH=${JUDGE_MODEL_PATH:-${ROOT}/outputs/tiny_judge_model}   # built when missing (recipes/common.sh)
+    JUDGE_MODEL_PATH=${JUDGE_MODEL_PATH:-${ROOT}/outputs/tiny_judge_model}   # built when missing (recipes/lib/prepare.sh)
     JUDGE_START_TIMEOUT_S=${JUDGE_START_TIMEOUT_S:-180}
 fi
-START_JUDGE=${START_JUDGE:-auto}           # recipes/common.sh: auto is 1 when the run needs a judge it must start
+START_JUDGE=${START_JUDGE:-auto}           # recipes/lib/settings.sh: auto is 1 when the run needs a judge it must start
 JUDGE_MAX_TOKENS=${JUDGE_MAX_TOKENS:-}     # tokens per judge answer (empty: the reward server's default, 512)
 # START_JUDGE=1 on a GPU node: the LLM code judge (React) or step judge (AIME), and React's optional VLM judge,
 # each a `vllm serve` on its own GPUs (JUDGE_GPUS, VLM_JUDGE_GPUS; empty: the node plan's), a replica per JUDGE_TP

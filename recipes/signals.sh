@@ -9,7 +9,7 @@
 # whose driver (verl_bot/hooks/driver.py) turns it into Ctrl-C's KeyboardInterrupt: Ray shuts down and takes its
 # actors with it. (A background command of a non-interactive shell ignores SIGINT, so the terminal's Ctrl-C reaches
 # the trainer only as this SIGTERM.) While no trainer runs, a stop ends the script with 128 + the signal's number,
-# through its EXIT trap (common.sh's stops the services it started).
+# through its EXIT trap (recipes/lib/services.sh's stops the services it started).
 #
 # No window: the traps are armed before a process is started, and bash runs a trap only between two commands, so a
 # stop can land after `cmd &` and before its PID is recorded. From vb_hold_stops to vb_release_stops a stop is held

@@ -190,8 +190,8 @@ def test_the_cpu_engines_ask_for_what_vllm_would_reset_on_an_amx_processor():
     from verl_bot.cpu import OVERRIDES_FILE, overrides
 
     rollout = [o.split("=", 1)[1] for o in overrides() if ".engine_kwargs.vllm.mamba_ssm_cache_dtype=" in o]
-    common = (OVERRIDES_FILE.parents[2] / "recipes" / "common.sh").read_text()
-    judge = re.findall(r"--mamba-ssm-cache-dtype (\S+)\)", common)
+    services = (OVERRIDES_FILE.parents[2] / "recipes" / "lib" / "services.sh").read_text()   # vb_start_judge
+    judge = re.findall(r"--mamba-ssm-cache-dtype (\S+)\)", services)
     assert rollout == ["float32"] and judge == ["float32"], (rollout, judge)
     out = subprocess.run([sys.executable, "-c", AMX_CHECK, "float32", "auto"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -1,6 +1,6 @@
 """The node plan of a GPU recipe, and what it refuses before anything starts.
 
-`recipes/common.sh` asks `python -m verl_bot.launch.node_plan plan ...` which GPUs of this node train and which serve
+`recipes/lib/node.sh` asks `python -m verl_bot.launch.node_plan plan ...` which GPUs of this node train and which serve
 the
 judges the recipe starts itself (`START_JUDGE=1`), then, before the judges, the reward server or Ray start, checks:
 the trainer's GPU count lets verl split every mini-batch evenly, each GPU the run will use has the free memory vLLM
