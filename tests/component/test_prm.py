@@ -251,18 +251,29 @@ def test_prm_steps_become_token_rewards_and_calls_are_logged(
     # one call per rollout, in Qwen2.5-Math-PRM's format: the system prompt, the task, step TAG step TAG ...
     assert len(server.requests) == 2 and {r["task"] for r in server.requests} == {"token_classify"}
     assert {r["model"] for r in server.requests} == {"prm"}
-    # the two calls run concurrently: each request and log line is told by what it carries, never by its order
-    sent = [prm_tokenizer.decode(r["input"], skip_special_tokens=False) for r in server.requests]
-    assert all(prm.QWEN_PRM_SYSTEM in text and TASK in text for text in sent)
-    good = f"<step 1>3+4=7</step 1>{TAG}<step 2>7-2=5</step 2>{TAG}<final>5</final>{TAG}"
-    assert sum(good in text for text in sent) == 1, sent
-    # the log replays: the same request to the same server gives the logged probabilities
+    # the two calls run concurrently: each request and log line is told by the response it carries, never by
+    # its place in the server's list or the log (request 0 was BAD_FIRST's in 3 of 6 runs)
+    tagged = {  # each response's steps as the PRM must see them, hand-written
+        "GOOD": f"<step 1>3+4=7</step 1>{TAG}<step 2>7-2=5</step 2>{TAG}<final>5</final>{TAG}",
+        "BAD_FIRST": f"<step 1>3+4=8</step 1>{TAG}<step 2>8-2=6</step 2>{TAG}<final>6</final>{TAG}",
+    }
+
+    def carried(ids):
+        """The name of the one response whose steps the PRM input `ids` carries."""
+        text = prm_tokenizer.decode(ids, skip_special_tokens=False)
+        assert prm.QWEN_PRM_SYSTEM in text and TASK in text, text
+        names = [name for name, steps in tagged.items() if steps in text]
+        assert len(names) == 1, text
+        return names[0]
+
+    assert sorted(carried(r["input"]) for r in server.requests) == ["BAD_FIRST", "GOOD"]
+    # the log replays: the same request to the same server gives the logged probabilities, one line per response
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(lines) == 2 and {line["url"] for line in lines} == {f"{server.url}/pooling"}
+    logged = {carried(line["request"]["input"]): line["probabilities"] for line in lines}
+    assert logged == {"GOOD": [[0.1, 0.9], [0.1, 0.9], [0.9, 0.1]], "BAD_FIRST": [[0.9, 0.1], [0.1, 0.9], [0.9, 0.1]]}
     for line in lines:
         assert server.probabilities(line["request"]["input"]) == line["probabilities"]
-    assert sorted(line["probabilities"] for line in lines) == sorted([  # GOOD's steps, BAD_FIRST's
-        [[0.1, 0.9], [0.1, 0.9], [0.9, 0.1]], [[0.9, 0.1], [0.1, 0.9], [0.9, 0.1]]])
 
 
 def test_prm_feeds_the_process_stream_of_pure_and_pass(tiny_model_dir, tokenizer, prm_tokenizer, prm_tokenizer_dir):
@@ -302,6 +313,8 @@ def test_truncation_and_tag_text_are_flagged(tiny_model_dir, tokenizer, prm_toke
     assert outputs[1]["reward_extra_info"]["prm_tag_in_text"] == 1 and outputs[1]["reward_extra_info"]["prm_steps"] == 3
     assert [r["input"].count(prm_tokenizer.convert_tokens_to_ids(TAG)) for r in server.requests] == [3, 3]
 
+    # the two calls ran concurrently; the tag text removed, both carry the same input, whichever came first
+    assert server.requests[0]["input"] == server.requests[1]["input"]
     full = len(server.requests[0]["input"])
     step3 = len(prm_tokenizer("<final>5</final>" + TAG, add_special_tokens=False)["input_ids"])
     outputs, rows = score(tiny_model_dir, tokenizer, [GOOD],
