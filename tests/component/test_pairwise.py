@@ -64,7 +64,7 @@ def test_judge_pair_over_http_sees_both_screenshots_in_abba_order():
     (score, winners), requests = asyncio.run(run([Rule(reply=prefer_a)]))
     assert score == 1.0 and winners == ["A", "A", "A", "A"]
     assert len(requests) == 4
-    body = json.dumps(requests[0])
-    assert "A todo list" in body and "import" not in body  # the prompt, never code
+    bodies = [json.dumps(r) for r in requests]  # the rounds may run concurrently: every request, in any order
+    assert all("A todo list" in body and "import" not in body for body in bodies)  # the prompt, never code
     (score, winners), _ = asyncio.run(run([Rule(status=500)]))  # judge down: no round counts
     assert score == 0.5 and winners == [None] * 4
