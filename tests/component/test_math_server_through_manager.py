@@ -13,7 +13,7 @@ from reward_servers.common.service import ServerThread, create_app
 from reward_servers.math.server import MathConfig, MathScorer
 from tests.component.test_math_server import RULES, steps
 from tests.component.test_reward_manager import make_batch, worker_for
-from verl_bot.credit.spans import token_char_spans
+from tests.reference import token_spans
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_step_spans_become_token_rewards(tiny_model_dir, tokenizer, math_server)
     info = out["reward_extra_info"]
     assert info["scorer_failed"] == 0.0
     assert info["score"] == pytest.approx(3.2) and info["answer"] == 3.0 and info["format"] == 0.2
-    text, spans = token_char_spans(tokenizer, rows[0])
+    text, spans = token_spans(tokenizer, rows[0])
     rewards = np.asarray(out["reward_score"])
     assert len(rewards) == len(rows[0])
 

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from reward_servers.math.rule_judge import Chain, check_step, parse_chain, rule_judge_steps
 from tests.component.test_reward_manager import make_batch, worker_for
 from tests.conftest import compose_verl_config, free_port
+from tests.reference import token_local, token_pieces
 from verl_bot.cpu import toy_math as task
-from verl_bot.credit.spans import char_values, token_char_spans, token_local_values
 from verl_bot.credit.verdict import validate_verdict
 from verl_bot.rewards.builtin import toy_lint, toy_math
 from verl_bot.rewards.manager import manager_settings
@@ -392,9 +392,8 @@ def test_toy_math_through_verls_reward_loop_with_streams_and_noise(tiny_model_di
         streams = out["reward_score"]["streams"]
         assert streams["outcome"][-1] == out["reward_extra_info"]["solved"]
         assert sum(streams["step_end"]) == text.count("\n\n") + 1  # every blank line, and the last token
-        decoded, spans = token_char_spans(tokenizer, ids)
-        verdict = score(decoded)
-        expected_local = token_local_values(spans, char_values(len(decoded), verdict["local"]))
+        verdict = score("".join(token_pieces(tokenizer, ids)))  # the scorer's own verdict on the response
+        expected_local = token_local(tokenizer, ids, verdict["local"])
         np.testing.assert_allclose(streams["local"], expected_local)
         np.testing.assert_allclose(out["reward_score"]["token_rewards"], verdict["global"]["score"] + expected_local)
     for a, b in zip(clean, noisy, strict=True):  # flip=1: every local value changes sign, G stays

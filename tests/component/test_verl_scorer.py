@@ -14,7 +14,7 @@ import pytest
 from verl.utils.reward_score import default_compute_score, gsm8k
 
 from tests.component.test_reward_manager import make_batch, worker_for
-from verl_bot.credit.spans import char_values, token_char_spans, token_local_values
+from tests.reference import token_local, token_pieces
 from verl_bot.credit.verdict import InvalidVerdict
 from verl_bot.errors import FATAL_KEY
 from verl_bot.rewards.builtin import toy_lint
@@ -156,11 +156,11 @@ def test_custom_function_dict_gives_g_parts_and_local_spans(custom_worker, token
     set_ground_truth(data, "abc")
     outputs = score(custom_worker, data)
     for out, ids, response in zip(outputs, rows, responses, strict=True):
-        text, spans = token_char_spans(tokenizer, ids)
+        text = "".join(token_pieces(tokenizer, ids))
         assert text == response
         hits = sum(ch in "abc" for ch in text)
         g = hits / len(text)
-        s = token_local_values(spans, char_values(len(text), [{"start": 0, "end": 3, "value": -0.5}]))  # kwargs
+        s = token_local(tokenizer, ids, [{"start": 0, "end": 3, "value": -0.5}])  # the span of the function's kwargs
         np.testing.assert_allclose(out["reward_score"], g + s)
         info = out["reward_extra_info"]
         assert info == {
@@ -179,9 +179,8 @@ def test_custom_function_dict_gives_g_parts_and_local_spans(custom_worker, token
 def test_configured_scorers_win_over_the_custom_function(custom_worker, tokenizer):
     data, rows = make_batch(tokenizer, ["hello world"], data_source="toy_lint")
     (out,) = score(custom_worker, data)
-    text, spans = token_char_spans(tokenizer, rows[0])
-    verdict = toy_lint("", text)
-    expected = verdict["global"]["score"] + token_local_values(spans, char_values(len(text), verdict["local"]))
+    verdict = toy_lint("", "".join(token_pieces(tokenizer, rows[0])))  # toy_lint's own verdict on the response
+    expected = verdict["global"]["score"] + token_local(tokenizer, rows[0], verdict["local"])
     np.testing.assert_allclose(out["reward_score"], expected)
     assert "clean" in out["reward_extra_info"]  # toy_lint's part, not the custom function's
 
