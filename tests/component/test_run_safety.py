@@ -57,7 +57,7 @@ def test_a_valid_bot_run_passes_and_plain_verl_is_not_checked(tmp_path):
          "use_kl_in_reward=true with adv_estimator=pure"),
         ((*BOT, "reward.reward_model.enable=true"), "would bypass the bot manager"),
         ((*BOT, "+reward.reward_kwargs.bot.w_lcoal=1"), "unknown reward.reward_kwargs.bot keys"),
-        ((*BOT, "+algorithm.bot_std_floor=-1"), "bot_std_floor must be a finite number >= 0"),
+        ((*BOT, "+algorithm.bot_std_floor=-1"), r"^\+algorithm.bot_std_floor=-1: must be a finite number >= 0$"),
         ((*BOT, "+reward.reward_kwargs.bot.scorers.toy_lint=builtin:nope"), "unknown builtin scorer 'nope'"),
         ((*BOT, "+reward.reward_kwargs.bot.scorers.toy_lint=python:no_such_module_x:f"), "no_such_module_x"),
         ((*BOT, "+algorithm.token_panel_rollouts=0"), r"algorithm.token_panel_rollouts must be >= 1, got 0"),

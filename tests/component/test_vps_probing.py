@@ -7,14 +7,12 @@ import pytest
 import torch
 
 from tests.conftest import hf_server, prompt_ids
-from verl_bot.advantage.vps import VPSSettings
+from verl_bot.advantage.vps import VPSSettings, answer_text, probe_params
 from verl_bot.vps.probing import (
     TEMPLATES,
     answer_probe,
-    answer_text,
     choose_cuts,
     choose_template,
-    probe_params,
     probe_rollout,
     reasoning_length,
     scored_logprob,

@@ -1,31 +1,31 @@
 """docs/knobs.md against the code's own settings: a knob cannot exist without its row, nor a row without its knob.
 
-The knobs, read from the code (`ast` for what a function reads, the settings classes for the rest):
+The knobs, read from the code:
 
-- `+algorithm.<name>`: the fields of `PassSettings`, `VPSSettings`, `GrailSettings` (with their `pass_`, `vps_`,
-  `grail_` prefixes), ReCo's `KNOBS` (estimator and loss), the token-report keys, the token panel's `KNOBS`
-  (`verl_bot.observe.panels`), and every `.get("<name>", ...)` in verl_bot/ whose name starts with an estimator's or
-  loss's prefix (`bot_options`, PURE's adapter, ...);
+- `+algorithm.<name>`: the knobs every method declares (`verl_bot.knobs`: the `settings` of each row of
+  `verl_bot.advantage.ESTIMATORS` and `verl_bot.losses.LOSSES`), the token-report keys and the token panel's
+  `KNOBS` (`verl_bot.observe.panels`); no method reads a knob of its prefix past its declaration (`ast`: no
+  `.get("<prefix>...")` in verl_bot/);
 - `+reward.reward_kwargs.bot.<name>`: the manager's `DEFAULTS`, `scorers`, and `prm.<name>` for the PRM's
   (`verl_bot.rewards.prm.DEFAULTS`; a default of None or with a newline is stated in words);
 - environment variables: the values of verl_bot/'s `*_ENV` / `*_ENVS` constants and every literal name it reads
   from `os.environ`, but the process variables in `NOT_SETTINGS`.
 
-Where the code has a default (a settings class, `DEFAULTS`, a `.get(name, default)`), the row's default is it.
+Where the code has a default (a declared knob, `DEFAULTS`), the row's default is it; each method's knob in
+docs/ALGORITHMS.md carries the source its declaration gives (`[paper]`, `[code]`, `[ours]`).
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import fnmatch
 import re
 from pathlib import Path
 
-from verl_bot.advantage import pass_, reco, vps
-from verl_bot.advantage.grail import GrailSettings
+from verl_bot.advantage import ESTIMATORS
+from verl_bot.knobs import Knob
 from verl_bot.launch.activation import KNOB_PREFIXES
-from verl_bot.losses import reco as reco_loss
+from verl_bot.losses import LOSSES
 from verl_bot.observe import panels, token_records
 from verl_bot.rewards import prm
 from verl_bot.rewards.settings import DEFAULTS
@@ -65,10 +65,11 @@ def _module_constants(tree: ast.Module) -> dict[str, object]:
     }
 
 
-def read_knobs() -> dict[str, object]:
-    """`<name>` -> default of every `.get("<name>", default)` in verl_bot/ whose name has a knob prefix."""
+def read_knobs(trees: list[ast.Module] | None = None) -> dict[str, object]:
+    """`<name>` -> default of every `.get("<name>", default)` in verl_bot/ (or `trees`) whose name has a knob
+    prefix."""
     found: dict[str, object] = {}
-    for tree in _trees().values():
+    for tree in trees if trees is not None else _trees().values():
         constants = _module_constants(tree)
         for node in ast.walk(tree):
             func = getattr(node, "func", None)
@@ -79,18 +80,15 @@ def read_knobs() -> dict[str, object]:
     return found
 
 
-def _fields(cls: type, prefix: str) -> dict[str, object]:
-    return {f"{prefix}{f.name}": f.default for f in dataclasses.fields(cls)}
+def declared_knobs() -> dict[str, Knob]:
+    """`<key>` -> its declaration, over the settings of every estimator and loss (ReCo's halves share theirs)."""
+    return {k.key: k for spec in (*ESTIMATORS.values(), *LOSSES.values()) for k in spec.settings.knobs()}
 
 
 def algorithm_knobs() -> dict[str, object]:
     """`+algorithm.<name>` knob -> its default in the code (UNSET where it is computed)."""
     return {
-        **read_knobs(),
-        **_fields(pass_.PassSettings, pass_.KNOB_PREFIX),
-        **_fields(vps.VPSSettings, vps.KNOB_PREFIX),
-        **_fields(GrailSettings, "grail_"),
-        **dict.fromkeys((*reco.KNOBS, *reco_loss.KNOBS), UNSET),
+        **{key: UNSET if k.default is None else k.default for key, k in declared_knobs().items()},
         token_records.STEPS_KEY: UNSET,
         token_records.GROUPS_KEY: token_records.DEFAULT_GROUPS,
         token_records.DIR_KEY: UNSET,
@@ -219,23 +217,47 @@ def test_every_environment_variable_has_its_row():
     assert not unread, "rows for variables verl_bot/ never names"
 
 
-def test_each_method_in_the_algorithms_page_has_its_knobs_beside_it():
-    """docs/ALGORITHMS.md: the knob tables of each method's section name exactly its knobs (with their sources)."""
-    named = set()
+def algorithms_rows() -> dict[str, str]:
+    """docs/ALGORITHMS.md's knob rows: each knob its first cell names -> the row's source cell (the last)."""
+    found = {}
     for line in (ROOT / "docs/ALGORITHMS.md").read_text().splitlines():
         if line.startswith("| ") and not line.startswith("|---"):
-            named |= {t.removeprefix("+algorithm.") for t in re.findall(r"`([^`]+)`", re.split(r"(?<!\\)\|", line)[1])}
+            cells = re.split(r"(?<!\\)\|", line)[1:-1]
+            for name in re.findall(r"`([^`]+)`", cells[0]):
+                found[name.removeprefix("+algorithm.")] = cells[-1]
+    return found
+
+
+def test_each_method_in_the_algorithms_page_has_its_knobs_beside_it():
+    """docs/ALGORITHMS.md: the knob tables of each method's section name exactly its knobs (with their sources)."""
+    named = algorithms_rows()
     code = algorithm_knobs()
     for prefix in ("bot_", "pure_", "pass_", "reco_", "vps_", "grail_"):
         assert {n for n in named if n.startswith(prefix)} == {n for n in code if n.startswith(prefix)}, prefix
 
 
+def test_each_knobs_source_is_the_one_its_declaration_gives():
+    """The declared `source` of a knob is among the tags of its row in docs/ALGORITHMS.md ([paper], [code], [ours])."""
+    named = algorithms_rows()
+    wrong = [f"{key}: declared {k.source}, page {named.get(key)!r}" for key, k in declared_knobs().items()
+             if f"[{k.source}" not in named.get(key, "")]
+    assert not wrong, "\n".join(wrong)
+    assert len(named) >= 35 and "[code" in named["grail_std"] and "[paper]" in named["bot_length_weighting"]
+
+
+def test_no_method_reads_a_knob_past_its_declaration():
+    """Every `+algorithm.<method>_*` knob is read through its method's settings, none with a bare `.get`."""
+    assert read_knobs() == {}
+
+
 def test_the_reading_sees_what_it_is_for():
-    """A `.get` with a module constant as its default, a settings class's field, a computed default."""
+    """The declarations' defaults, a computed default, the `.get` reading and the cell comparison."""
     code = algorithm_knobs()
-    assert code["bot_epsilon"] == 1e-6 and code["bot_broadcast_scalar"] is False  # bot_options, compute_bot_advantage
-    assert code["pure_temperature"] == 0.1 and code["pure_step_scale"] == 1.0  # pure's adapter
+    assert code["bot_epsilon"] == 1e-6 and code["bot_broadcast_scalar"] is False
+    assert code["pure_temperature"] == 0.1 and code["pure_step_scale"] == 1.0
     assert code["vps_std_floor"] == 0.05 and code["grail_answer"] == "auto" and code["pass_min_chunk"] == 1
     assert code["reco_rvar_cap"] is UNSET  # the actor's clip_ratio_c
+    planted = ast.parse('KEY = "pass_op"\nx = c.get(KEY, "grpo")\ny = c.get("bot_epsilon")\nz = c.get("other")\n')
+    assert read_knobs([planted]) == {"pass_op": "grpo", "bot_epsilon": UNSET}
     assert _same(1e-6, "`1e-6`") and _same(True, "`true`") and not _same(0.5, "`5.0`") and _same("auto", "`auto`")
     assert not _same(False, "`0`") and _same(8, "`8` (`cpu_train.sh`: 4)")

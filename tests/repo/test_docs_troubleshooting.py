@@ -197,9 +197,9 @@ def test_the_extraction_sees_what_it_is_for():
         ("bot reward manager: no scorer for data_source=", "verl_bot/launch/preflight.py"),  # and the manager's
         ("(credentials refused)", "verl_bot/rewards/scorers.py"),  # a subclass: ScorerRefused
         ("algorithm.token_report_steps must be a list", "verl_bot/observe/token_records.py"),  # STEPS_KEY filled in
-        ("adv_estimator=grail with actor_rollout_ref.actor.strategy=fs", "verl_bot/launch/preflight.py"),
-        ("vps_cut_rule=.*? must be surprisal or uniform", "verl_bot/advantage/vps.py"),  # collected problems
-        ("density must be one of", "verl_bot/advantage/pass_.py"),  # a (name, text) problem
+        ("adv_estimator=grail with actor_rollout_ref.actor.strategy=fs", "verl_bot/advantage/grail.py"),  # a method's
+        ("+algorithm..*?=.*?: must be ", "verl_bot/knobs.py"),  # a knob's value, every method's
+        ("unknown .*?: the .*? knobs are ", "verl_bot/knobs.py"),  # a key no method declares
         ("has no chat template, and verl's dataset", "verl_bot/launch/preflight.py"),  # a *_message
         ("reco_w_max must be >= 1 (the weights are rescaled", "verl_bot/advantage/reco.py"),  # wrapped ValueError
         ("group(s) lost their rollouts:", "verl_bot/hooks/v1/replay_buffer.py"),  # starts with a value

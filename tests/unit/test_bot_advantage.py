@@ -1,6 +1,7 @@
 """BoT-GRPO advantage: hand-computed values, identities from the paper, a slow loop reference, bad input."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from verl_bot.advantage.bot import (
     bot_options,
     compute_bot_advantage,
 )
+from verl_bot.errors import VerlBotConfigError
 
 
 def reference_bot(rewards, mask, index, eps=1e-6, norm_by_std=True, length_weighting=True, std_floor=0.0):
@@ -339,12 +341,15 @@ def test_options_read_the_knobs_and_reject_bad_values():
         ["bot_length_weighting=false", "bot_std_floor=1", "norm_adv_by_std_in_grpo=true"]
     )
     assert bot_options(overrides) == {"epsilon": 1e-6, "norm_by_std": True, "length_weighting": False, "std_floor": 1.0}
-    for key, value in (
-        ("bot_std_floor", -0.1),
-        ("bot_std_floor", float("nan")),
-        ("bot_std_floor", "0.1"),
-        ("bot_length_weighting", "false"),
-        ("bot_length_weighting", 0),
+    assert bot_options({"bot_std_floor": "0.1"})["std_floor"] == 0.1  # a number may come as its text
+    for key, value, allowed in (
+        ("bot_std_floor", -0.1, "a finite number >= 0"),
+        ("bot_std_floor", float("nan"), "a finite number >= 0"),
+        ("bot_length_weighting", "false", "true or false"),
+        ("bot_length_weighting", 0, "true or false"),
     ):
-        with pytest.raises(ValueError, match=key):
+        message = rf"^\+algorithm\.{key}={re.escape(repr(value))}: must be {allowed}$"
+        with pytest.raises(VerlBotConfigError, match=message):
             bot_options({key: value})
+    with pytest.raises(VerlBotConfigError, match=r"^unknown \+algorithm\.bot_std_flor: the BoT-GRPO knobs are bot_"):
+        bot_options({"bot_std_flor": 0.1})

@@ -285,13 +285,13 @@ def test_knobs_are_parsed_and_checked():
     got = pass_settings({"pass_min_chunk": "3", "pass_density": "chunk", "pass_format_coef": 0.25, "pass_op": "grpo"})
     assert got == PassSettings(min_chunk=3, density="chunk", format_coef=0.25)
     for bad, message in [
-        ({"pass_density": "bogus"}, r"\+algorithm.pass_density must be one of"),
-        ({"pass_op": "ppo"}, r"\+algorithm.pass_op must be one of"),
-        ({"pass_min_chunk": 1.5}, r"\+algorithm.pass_min_chunk=1.5: not an integer"),
-        ({"pass_min_chunk": 0}, r"\+algorithm.pass_min_chunk must be an integer >= 1"),
-        ({"pass_dead_zone": -0.1}, r"\+algorithm.pass_dead_zone must be >= 0"),
-        ({"pass_process_coef": "x"}, r"\+algorithm.pass_process_coef='x'"),
-        ({"pass_densty": "chunk"}, r"unknown PASS knob\(s\) \['\+algorithm.pass_densty'\]"),
+        ({"pass_density": "bogus"}, r"^\+algorithm.pass_density='bogus': must be one of suffix, sequence, chunk$"),
+        ({"pass_op": "ppo"}, r"^\+algorithm.pass_op='ppo': must be one of grpo, drgrpo$"),
+        ({"pass_min_chunk": 1.5}, r"^\+algorithm.pass_min_chunk=1.5: must be an integer >= 1$"),
+        ({"pass_min_chunk": 0}, r"^\+algorithm.pass_min_chunk=0: must be an integer >= 1$"),
+        ({"pass_dead_zone": -0.1}, r"^\+algorithm.pass_dead_zone=-0.1: must be a finite number >= 0$"),
+        ({"pass_process_coef": "x"}, r"^\+algorithm.pass_process_coef='x': must be a finite number$"),
+        ({"pass_densty": "chunk"}, r"^unknown \+algorithm.pass_densty: the PASS knobs are pass_format_coef, "),
     ]:
         with pytest.raises(VerlBotConfigError, match=message):
             pass_settings(bad)
@@ -300,7 +300,7 @@ def test_knobs_are_parsed_and_checked():
 def test_a_bad_knob_stops_the_run_before_it_starts():
     base = ["algorithm.adv_estimator=pass", "reward.reward_manager.name=bot", "algorithm.use_kl_in_reward=false"]
     check_config(compose_verl_config([*base, "+algorithm.pass_density=chunk"]))
-    with pytest.raises(VerlBotConfigError, match=r"\+algorithm.pass_density must be one of"):
+    with pytest.raises(VerlBotConfigError, match=r"^\+algorithm.pass_density='bogus': must be one of"):
         check_config(compose_verl_config([*base, "+algorithm.pass_density=bogus"]))
 
 
@@ -424,5 +424,5 @@ def test_outcome_and_format_are_read_where_the_manager_wrote_them_in_a_multi_tur
 def test_the_floor_knob_is_parsed_and_checked():
     assert pass_settings({"pass_std_floor": "0.2"}).std_floor == 0.2
     assert PassSettings().std_floor == DEFAULT_STD_FLOOR
-    with pytest.raises(VerlBotConfigError, match=r"\+algorithm.pass_std_floor must be a finite number >= 0"):
+    with pytest.raises(VerlBotConfigError, match=r"\+algorithm.pass_std_floor=-1: must be a finite number >= 0"):
         pass_settings({"pass_std_floor": -1})

@@ -394,7 +394,9 @@ def test_knobs_come_from_the_shipped_settings():
     _, default = compute_policy_loss_reco(old, lp, adv, mask.bool(), "token-mean", actor_config())
     with use_loss_settings({"reco_rvar_cap": 0.5, "reco_rvar_floor": 1e-3}):
         _, tight = compute_policy_loss_reco(old, lp, adv, mask.bool(), "token-mean", actor_config())
-        with pytest.raises(ValueError, match="reco_rvar_cap must be > 0"), use_loss_settings({"reco_rvar_cap": 0}):
+        with pytest.raises(ValueError, match=r"reco_rvar_cap=0: must be a finite number > 0"), use_loss_settings(
+            {"reco_rvar_cap": 0}
+        ):
             compute_policy_loss_reco(old, lp, adv, mask.bool(), "token-mean", actor_config())
     assert tight["reco/rvar_mean"] <= 0.5 < default["reco/rvar_mean"]
     assert tight["reco/rvar_capped_share"] > default["reco/rvar_capped_share"]
@@ -496,13 +498,14 @@ def test_the_loss_knobs_are_the_algorithm_keys_of_the_loss():
 @pytest.mark.parametrize(
     "estimator, algorithm, message",
     [
-        ("grpo", {"reco_wmax": 3}, "unknown ReCo setting(s) algorithm.reco_wmax; known: reco_occurrence, reco_rvar"),
-        ("reco", {"reco_pi": "self"}, "unknown ReCo setting(s) algorithm.reco_pi; known: reco_occurrence,"),
-        ("reco", {"reco_w_max": 0.5}, "+algorithm.reco_w_max=0.5, reco_occurrence='count_model': reco_w_max must"),
-        ("reco", {"reco_occurrence": "x"}, "+algorithm.reco_w_max=5.0, reco_occurrence='x': reco_occurrence must be"),
-        ("reco", {"reco_w_max": "many"}, "+algorithm.reco_w_max='many', reco_occurrence='count_model': could not"),
-        ("grpo", {"reco_rvar_cap": -1}, "+algorithm.reco_rvar_cap must be > 0"),
-        ("grpo", {"reco_rvar_floor": 0.5}, "+algorithm.reco_rvar_floor must be in (0, 0.25]"),
+        ("grpo", {"reco_wmax": 3}, "unknown +algorithm.reco_wmax: the ReCo knobs are reco_w_max, reco_occurrence, "
+                                   "reco_rvar_cap, reco_rvar_floor"),
+        ("reco", {"reco_pi": "self"}, "unknown +algorithm.reco_pi: the ReCo knobs are reco_w_max, reco_occurrence,"),
+        ("reco", {"reco_w_max": 0.5}, "+algorithm.reco_w_max=0.5: must be a finite number >= 1"),
+        ("reco", {"reco_occurrence": "x"}, "+algorithm.reco_occurrence='x': must be one of count_model, count, model"),
+        ("reco", {"reco_w_max": "many"}, "+algorithm.reco_w_max='many': must be a finite number >= 1"),
+        ("grpo", {"reco_rvar_cap": -1}, "+algorithm.reco_rvar_cap=-1: must be a finite number > 0"),
+        ("grpo", {"reco_rvar_floor": 0.5}, "+algorithm.reco_rvar_floor=0.5: must be a finite number in (0, 0.25]"),
     ],
 )
 def test_bad_reco_settings_stop_the_run_at_start(estimator, algorithm, message):

@@ -287,7 +287,7 @@ def test_settings_defaults_and_validation():
                      ("vps_max_cuts", 2.5), ("vps_min_gap", True)]:
         with pytest.raises(VerlBotConfigError, match=f"\\+algorithm.{key}"):
             VPSSettings.from_config({key: bad})
-    with pytest.raises(VerlBotConfigError, match="unknown GRPO-VPS knob.*vps_alhpa"):
+    with pytest.raises(VerlBotConfigError, match=r"^unknown \+algorithm.vps_alhpa: the GRPO-VPS knobs are vps_alpha, "):
         VPSSettings.from_config({"vps_alhpa": 0.5})
 
 
@@ -307,7 +307,7 @@ def test_start_up_checks_refuse_vps_without_its_agent_loop_answers_or_with_a_bad
         check_config(compose_verl_config(base))
     loop = "actor_rollout_ref.rollout.agent.default_agent_loop=vps_single_turn"
     check_config(compose_verl_config([*base, loop]))
-    with pytest.raises(VerlBotConfigError, match="vps_space='odds' must be prob or log"):
+    with pytest.raises(VerlBotConfigError, match="vps_space='odds': must be one of prob, log"):
         check_config(compose_verl_config([*base, loop, "+algorithm.vps_space=odds"]))
     for name, truths in [("lint.parquet", [{"forbidden": "aeiou"}, None]), ("empty.parquet", ["", None, "  "])]:
         with pytest.raises(VerlBotConfigError, match=f"no row of .*{name} has one"):  # toy_lint's: no answers
@@ -344,7 +344,7 @@ def test_the_adapter_reports_the_floors_share_and_the_knob_is_checked():
         compute_vps_advantage(rewards.clone(), mask, index=index, config=OmegaConf.create({"vps_std_floor": 0.0}))
     assert ctx.metrics["vps/floor_share"] == 0.0
     assert VPSSettings.from_config(None).std_floor == DEFAULT_STD_FLOOR
-    with pytest.raises(VerlBotConfigError, match=r"\+algorithm.vps_std_floor=-1.0 must be a finite number >= 0"):
+    with pytest.raises(VerlBotConfigError, match=r"\+algorithm.vps_std_floor=-1: must be a finite number >= 0"):
         VPSSettings.from_config({"vps_std_floor": -1})
 
 

@@ -7,8 +7,11 @@ registry by `verl_bot.hooks.registries`).
 reads from TransferQueue into the batch context's `tensors`) and
 `token_level` (it reads the dense per-token rewards of the `bot` manager, so a
 scalar reward on the last token, or KL folded into the rewards, would make its
-advantages meaningless: the start-up checks refuse both). A new estimator is a
-pure function in its own module plus one row here.
+advantages meaningless: the start-up checks refuse both). Each row also carries
+the estimator's knobs (`settings`, a `verl_bot.knobs.MethodSettings` class) and its
+own start-up check (`check`), which `verl_bot.launch.preflight` asks for the
+estimator in use. A new estimator is a pure function in its own module plus one
+row here.
 """
 
 from __future__ import annotations
@@ -17,34 +20,41 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bot.advantage import pass_, pure, reco, vps
-from verl_bot.advantage.bot import bot_options, compute_bot_advantage
-from verl_bot.advantage.grail import GrailSettings, compute_grail_advantage
+from verl_bot.advantage import grail, pass_, pure, reco, vps
+from verl_bot.advantage.bot import BotSettings, compute_bot_advantage
+from verl_bot.knobs import MethodSettings, StartupCheck
 
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """What a verl-bot estimator needs: its verl adapter, the reward streams it reads, dense token rewards."""
+    """What a verl-bot estimator needs: its verl adapter, the reward streams it reads, dense token rewards, its
+    knobs and its start-up check."""
 
     fn: Callable[..., Any]
     streams: tuple[str, ...] = ()
     token_level: bool = True
     fields: tuple[str, ...] = ()  # TransferQueue fields of the trajectories, padded like the rewards
-    options: Callable[[Any], Any] | None = None  # parses the estimator's knobs from `algorithm` (raises if bad)
+    settings: type[MethodSettings] | None = None  # its knobs (`verl_bot.knobs`), read and checked at start-up
+    check: StartupCheck | None = None
+    scalar_knob: str | None = None  # a bool knob (a settings field) with which it takes one scalar per response
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
-    "bot": EstimatorSpec(compute_bot_advantage, options=bot_options),
-    "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS),
-    "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, options=pass_.pass_settings),
+    "bot": EstimatorSpec(compute_bot_advantage, settings=BotSettings, scalar_knob="broadcast_scalar"),
+    "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS, settings=pure.PureSettings),
+    "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, settings=pass_.PassSettings),
     # GRPO-VPS: GRPO on the scalar score plus belief progress from the `vps_single_turn` agent loop's probes
-    "vps": EstimatorSpec(vps.compute_vps_advantage, token_level=False, options=vps.VPSSettings.from_config),
+    "vps": EstimatorSpec(
+        vps.compute_vps_advantage, token_level=False, settings=vps.VPSSettings, check=vps.startup_problem
+    ),
     # GRPO on the summed rewards (any reward manager), times ReCo's response weights
     "reco": EstimatorSpec(
-        reco.compute_reco_advantage, token_level=False, options=reco.reco_options, fields=reco.FIELDS
+        reco.compute_reco_advantage, token_level=False, settings=reco.RecoSettings, fields=reco.FIELDS
     ),
     # GRPO's advantage; its token weights are applied in the actor update (verl_bot.hooks.engine_forward_step)
-    "grail": EstimatorSpec(compute_grail_advantage, token_level=False, options=GrailSettings.from_config),
+    "grail": EstimatorSpec(
+        grail.compute_grail_advantage, token_level=False, settings=grail.GrailSettings, check=grail.startup_problem
+    ),
 }
 
 

@@ -45,6 +45,7 @@ are redone in float64. Rows with no valid token take no part in their group (the
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -54,6 +55,7 @@ from verl.utils.groupwise import as_torch_index
 from verl_bot.advantage.groups import group_sum, last_token_index, raise_for_rows
 from verl_bot.credit.context import current, report_metrics
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.knobs import MethodSettings, knob
 
 DEFAULT_EPSILON = 1e-6
 DEFAULT_STD_FLOOR = 0.0
@@ -404,25 +406,33 @@ def bot_diagnostics(stats: BotStats, tie_tolerance: float = DEFAULT_TIE_TOLERANC
     return {"adv_abs_max": float(stats.abs_max), "tied_group_share": share, "rollouts_per_group": per_group}
 
 
+@dataclass(frozen=True)
+class BotSettings(MethodSettings, prefix="bot_", label="BoT-GRPO"):
+    """BoT-GRPO's knobs (`+algorithm.bot_<name>`; module docstring)."""
+
+    epsilon: float = knob(DEFAULT_EPSILON, bounds="[0, inf)", source="ours", doc="added to the (floored) group std")
+    length_weighting: bool = knob(True, source="paper", doc="each token weighs 1/(K L_k); false: every token 1/N")
+    std_floor: float = knob(
+        DEFAULT_STD_FLOOR, bounds="[0, inf)", source="paper", doc="the std used for scaling is max(std, floor)"
+    )
+    broadcast_scalar: bool = knob(
+        False, source="ours", doc="spread each response's summed reward over its tokens first (Eq. 4 with S = 0)"
+    )
+
+
 def bot_options(config: Any) -> dict[str, Any]:
     """The keyword arguments of `bot_advantage` from verl's `algorithm` config (None: the defaults).
 
-    Keys: `bot_epsilon`, `bot_length_weighting`, `bot_std_floor` (set with `+algorithm.<key>=...`) and
-    verl's own `norm_adv_by_std_in_grpo`. Raises VerlBotConfigError (a ValueError) naming the key for a value of
-    the wrong kind (also at start-up: `verl_bot.launch.preflight`).
+    Keys: `bot_epsilon`, `bot_length_weighting`, `bot_std_floor` (`BotSettings`, set with `+algorithm.<key>=...`)
+    and verl's own `norm_adv_by_std_in_grpo`. Raises VerlBotConfigError (a ValueError) naming the key for a value
+    of the wrong kind (also at start-up: `verl_bot.launch.preflight`).
     """
-    get = config.get if config is not None else (lambda key, default=None: default)
-    length_weighting = get("bot_length_weighting", True)
-    if not isinstance(length_weighting, bool):
-        raise VerlBotConfigError(f"+algorithm.bot_length_weighting must be true or false, got {length_weighting!r}")
-    std_floor = get("bot_std_floor", DEFAULT_STD_FLOOR)
-    if isinstance(std_floor, bool) or not isinstance(std_floor, int | float) or not (0 <= std_floor < math.inf):
-        raise VerlBotConfigError(f"+algorithm.bot_std_floor must be a finite number >= 0, got {std_floor!r}")
+    settings = BotSettings.from_config(config)
     return {
-        "epsilon": float(get("bot_epsilon", DEFAULT_EPSILON)),
-        "norm_by_std": bool(get("norm_adv_by_std_in_grpo", True)),
-        "length_weighting": length_weighting,
-        "std_floor": float(std_floor),
+        "epsilon": settings.epsilon,
+        "norm_by_std": bool((config or {}).get("norm_adv_by_std_in_grpo", True)),
+        "length_weighting": settings.length_weighting,
+        "std_floor": settings.std_floor,
     }
 
 
@@ -465,7 +475,7 @@ def compute_bot_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl adapter for `bot_advantage` (registered as `algorithm.adv_estimator=bot`).
 
-    Reads its options from the `algorithm` config with `bot_options`: `bot_epsilon` (1e-6),
+    Reads its options from the `algorithm` config with `bot_options` (`BotSettings`): `bot_epsilon` (1e-6),
     `bot_length_weighting` (true), `bot_std_floor` (0.0), verl's own `norm_adv_by_std_in_grpo`
     (true; false switches std scaling off) and `bot_broadcast_scalar` (false; true spreads each
     response's summed reward over its tokens first: for scalar reward managers, it makes `bot` GRPO
@@ -483,9 +493,8 @@ def compute_bot_advantage(
     Returns:
         (advantages, returns): both (B, T), the same tensor as in verl's GRPO.
     """
-    get = config.get if config is not None else (lambda key, default=None: default)
     rewards = token_level_rewards
-    if get("bot_broadcast_scalar", False):
+    if BotSettings.from_config(config).broadcast_scalar:
         rewards = broadcast_row_sums(rewards, response_mask)
     elif not _from_bot_manager() and scalar_layout(rewards, response_mask):
         raise VerlBotConfigError(

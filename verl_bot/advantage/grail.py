@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,6 +39,7 @@ import torch
 
 from reward_servers.common.think import split_think
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.knobs import MethodSettings, knob
 
 # per-token span codes (response-aligned)
 SPAN_OTHER, SPAN_MARKER, SPAN_CONTENT, SPAN_AFTER = 0, 1, 2, 3
@@ -57,7 +58,7 @@ LOG_EPS = 1e-8  # the authors' log(s + 1e-8) and sqrt(var + 1e-8)
 
 
 @dataclass(frozen=True)
-class GrailSettings:
+class GrailSettings(MethodSettings, prefix="grail_", label="GRAIL"):
     """GRAIL's knobs (`+algorithm.grail_<name>=...`); defaults are the authors' yaml (qwen3_grail.yaml).
 
     answer is ours: `auto` = the first `<final>...</final>` block if the response has one, else the first
@@ -67,52 +68,54 @@ class GrailSettings:
     (two synchronizations per micro-batch, which remove the overlap of host and device work).
     """
 
-    std: float = 0.5
-    mean: float = 1.0
-    w_min: float = 0.5
-    w_max: float = 5.0
-    rollout_symmetry: str = "wrong"
-    leaf_source: str = "embeddings"
-    answer: str = "auto"
-    sync_timing: bool = False  # ours: synchronize the device around the saliency, for `grail/saliency_s`
+    std: float = knob(0.5, bounds="(0, inf)", source="code", doc="sigma_w, the spread of the weights")
+    mean: float = knob(1.0, source="code", doc="w_mean, the weight of an average token")
+    w_min: float = knob(0.5, bounds="[0, inf)", source="code", doc="lower clip of the weights")
+    w_max: float = knob(5.0, bounds="[0, inf)", source="code", doc="upper clip; the answer's content gets it")
+    rollout_symmetry: str = knob(SYMMETRIES[0], choices=SYMMETRIES, source="code", doc="which rollouts: by A")
+    leaf_source: str = knob(LEAVES[0], choices=LEAVES, source="code", doc="the attribution leaf")
+    answer: str = knob(ANSWERS[0], choices=ANSWERS, source="ours", doc="the answer span's form")
+    sync_timing: bool = knob(False, source="ours", doc="synchronize the device around the saliency")
 
-    @classmethod
-    def from_config(cls, algorithm: Any) -> GrailSettings:
-        """Read `grail_<field>` keys of verl's `algorithm` config (a DictConfig, dict or None).
-
-        Raises VerlBotConfigError (a ValueError) naming the knob whose value cannot work (also at start-up:
-        this is the estimator's `options` in `verl_bot.advantage.ESTIMATORS`).
-        """
-        get = algorithm.get if algorithm is not None else (lambda key, default=None: default)
-        kinds = {name: type(value) for name, value in asdict(cls()).items()}
-        values = {name: get(f"grail_{name}", getattr(cls, name)) for name in kinds}
-        if not isinstance(values["sync_timing"], bool):
-            raise VerlBotConfigError(f"algorithm.grail_sync_timing={values['sync_timing']!r}: must be true or false")
-        try:
-            settings = cls(**{k: v if kinds[k] is bool else kinds[k](v) for k, v in values.items()})
-        except (TypeError, ValueError) as exc:
-            raise VerlBotConfigError(f"adv_estimator=grail: a +algorithm.grail_* knob is not a number: {exc}") from exc
-        settings.check()
-        return settings
-
-    def check(self) -> None:
-        """Raise VerlBotConfigError naming the first knob that cannot work."""
-        for name, value, allowed in (
-            ("rollout_symmetry", self.rollout_symmetry, SYMMETRIES),
-            ("leaf_source", self.leaf_source, LEAVES),
-            ("answer", self.answer, ANSWERS),
-        ):
-            if value not in allowed:
-                raise VerlBotConfigError(f"algorithm.grail_{name}={value!r}: must be one of {', '.join(allowed)}")
-        if not self.std > 0:
-            raise VerlBotConfigError(f"algorithm.grail_std={self.std}: must be > 0 (the spread of the weights)")
-        if not 0 <= self.w_min <= self.w_max:
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.w_min <= self.w_max:
             raise VerlBotConfigError(
                 f"algorithm.grail_w_min={self.w_min}, grail_w_max={self.w_max}: need 0 <= w_min <= w_max"
             )
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+def startup_problem(config: Any, train_files: list[str]) -> str | None:
+    """Why `adv_estimator=grail` cannot run with verl's composed `config` (one line), or None: an actor strategy
+    other than `fsdp2`, Ulysses sequence parallelism, fused kernels or distillation. `train_files` is not needed.
+    """
+    actor = config.actor_rollout_ref.actor
+    strategy = str(actor.get("strategy", "fsdp"))
+    if strategy == "fsdp":
+        return (
+            "adv_estimator=grail with actor_rollout_ref.actor.strategy=fsdp (FSDP1): GRAIL's extra backward is "
+            "tested on FSDP2 only; set actor_rollout_ref.actor.strategy=fsdp2"
+        )
+    if strategy != "fsdp2":
+        return (
+            f"adv_estimator=grail with actor_rollout_ref.actor.strategy={strategy}: GRAIL's weights are computed in "
+            "verl's FSDP engine only; set actor_rollout_ref.actor.strategy=fsdp2"
+        )
+    sp = max(int(actor.get("ulysses_sequence_parallel_size", 1) or 1),
+             int((actor.get("fsdp_config") or {}).get("ulysses_sequence_parallel_size", 1) or 1))
+    if sp > 1:
+        return (
+            f"adv_estimator=grail with Ulysses sequence parallelism (ulysses_sequence_parallel_size={sp}): the "
+            "saliency needs whole sequences on one rank; set actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"
+        )
+    if (config.actor_rollout_ref.get("model") or {}).get("use_fused_kernels", False):
+        return (
+            "adv_estimator=grail with actor_rollout_ref.model.use_fused_kernels=true: the saliency needs the "
+            "answer's logits, which fused kernels never build; set use_fused_kernels=false"
+        )
+    if (config.get("distillation") or {}).get("enabled", False):
+        return "adv_estimator=grail with distillation.enabled=true is not supported; disable distillation"
+    return None
 
 
 class AnswerSpan(NamedTuple):

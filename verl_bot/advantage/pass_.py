@@ -50,7 +50,7 @@ are the same tensor (as GRPO's).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -61,53 +61,30 @@ from verl_bot.advantage.bot import BotStats, bot_advantage_and_stats
 from verl_bot.advantage.groups import group_sum, raise_for_rows
 from verl_bot.credit.context import report_metrics
 from verl_bot.credit.streams import active_streams, response_value
-from verl_bot.errors import VerlBotConfigError
+from verl_bot.knobs import MethodSettings, knob
 
 STREAMS = ("local", "outcome", "format")
 DENSITIES = ("suffix", "sequence", "chunk")
 OPS = ("grpo", "drgrpo")
-KNOB_PREFIX = "pass_"
 DEFAULT_STD_FLOOR = 1e-3  # measured: an order of magnitude below any group of the CPU tasks (docs/ALGORITHMS.md)
 
 
 @dataclass(frozen=True)
-class PassSettings:
-    """The knobs of PASS (`+algorithm.pass_<name>`); the defaults are ours (the paper gives no values).
+class PassSettings(MethodSettings, prefix="pass_", label="PASS"):
+    """The knobs of PASS (`+algorithm.pass_<name>`); the defaults are ours (the paper gives no values)."""
 
-    Attributes:
-        format_coef: lambda_f, weight of the standardized format stream.
-        process_coef: lambda_p, weight of the standardized process density.
-        dead_zone: delta; |s| < delta counts as 0 when chunks are formed.
-        min_chunk: m_min; shorter runs join the chunk before them.
-        density: suffix | sequence | chunk (Divide-Length, module docstring).
-        op: grpo (mean/std) | drgrpo (mean only), the group operator of every stream.
-        epsilon: added to each std before dividing.
-        std_floor: the process density's group std is floored at this (as `bot_std_floor`).
-    """
-
-    format_coef: float = 1.0
-    process_coef: float = 1.0
-    dead_zone: float = 0.0
-    min_chunk: int = 1
-    density: str = "suffix"
-    op: str = "grpo"
-    epsilon: float = 1e-6
-    std_floor: float = DEFAULT_STD_FLOOR
-
-    def __post_init__(self) -> None:
-        problems = [
-            (self.density not in DENSITIES, "density", f"must be one of {DENSITIES}, got {self.density!r}"),
-            (self.op not in OPS, "op", f"must be one of {OPS}, got {self.op!r}"),
-            (not self.dead_zone >= 0, "dead_zone", f"must be >= 0, got {self.dead_zone}"),
-            (self.min_chunk < 1, "min_chunk", f"must be an integer >= 1, got {self.min_chunk}"),
-            (not self.epsilon > 0, "epsilon", f"must be > 0, got {self.epsilon}"),
-            (not 0 <= self.std_floor < np.inf, "std_floor", f"must be a finite number >= 0, got {self.std_floor}"),
-            (not np.isfinite(self.format_coef), "format_coef", f"must be finite, got {self.format_coef}"),
-            (not np.isfinite(self.process_coef), "process_coef", f"must be finite, got {self.process_coef}"),
-        ]
-        for bad, name, what in problems:
-            if bad:
-                raise VerlBotConfigError(f"+algorithm.{KNOB_PREFIX}{name} {what}")
+    format_coef: float = knob(1.0, source="ours", doc="lambda_f, weight of the standardized format stream")
+    process_coef: float = knob(1.0, source="ours", doc="lambda_p, weight of the standardized process density")
+    dead_zone: float = knob(0.0, bounds="[0, inf)", source="ours", doc="delta; |s| < delta counts as 0 in chunks")
+    min_chunk: int = knob(1, bounds="[1, inf)", source="ours", doc="m_min; shorter runs join the chunk before them")
+    density: str = knob("suffix", choices=DENSITIES, source="ours", doc="Divide-Length (module docstring)")
+    op: str = knob(
+        "grpo", choices=OPS, source="ours", doc="group operator of every stream: mean/std, or the mean only"
+    )
+    epsilon: float = knob(1e-6, bounds="(0, inf)", source="ours", doc="added to each std before dividing")
+    std_floor: float = knob(
+        DEFAULT_STD_FLOOR, bounds="[0, inf)", source="ours", doc="floor of the process density's group std"
+    )
 
 
 def pass_settings(algorithm: Mapping[str, Any] | None) -> PassSettings:
@@ -117,30 +94,8 @@ def pass_settings(algorithm: Mapping[str, Any] | None) -> PassSettings:
     VerlBotConfigError (a ValueError) naming the key for a bad value or an unknown `pass_*` key (also at
     start-up: `verl_bot.launch.preflight`).
     """
-    algorithm = algorithm if algorithm is not None else {}
-    defaults = PassSettings()
-    known = [f.name for f in fields(PassSettings)]
-    given = {str(k)[len(KNOB_PREFIX) :]: algorithm[k] for k in algorithm.keys() if str(k).startswith(KNOB_PREFIX)}
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise VerlBotConfigError(
-            f"unknown PASS knob(s) {['+algorithm.' + KNOB_PREFIX + k for k in unknown]}; "
-            f"known: {[KNOB_PREFIX + k for k in known]}"
-        )
-    values: dict[str, Any] = {"op": "grpo" if algorithm.get("norm_adv_by_std_in_grpo", True) else "drgrpo"}
-    for name, value in given.items():
-        kind = type(getattr(defaults, name))
-        try:
-            if kind is int:
-                number = float(value)
-                if not number.is_integer():
-                    raise ValueError("not an integer")
-                values[name] = int(number)
-            else:
-                values[name] = kind(value)
-        except (TypeError, ValueError) as exc:
-            raise VerlBotConfigError(f"+algorithm.{KNOB_PREFIX}{name}={value!r}: {exc}") from exc
-    return PassSettings(**values)
+    norm_by_std = (algorithm if algorithm is not None else {}).get("norm_adv_by_std_in_grpo", True)
+    return PassSettings.from_config(algorithm, op="grpo" if norm_by_std else "drgrpo")
 
 
 class PassOutput(NamedTuple):

@@ -25,6 +25,7 @@ take no part.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,9 +34,19 @@ from verl.utils.groupwise import as_torch_index
 
 from verl_bot.advantage.groups import group_sum, last_token_index, raise_for_rows
 from verl_bot.credit.streams import active_streams, response_value
+from verl_bot.knobs import MethodSettings, knob
 
 DEFAULT_TEMPERATURE = 0.1
 STREAMS = ("local", "step_end", "outcome")
+
+
+@dataclass(frozen=True)
+class PureSettings(MethodSettings, prefix="pure_", label="PURE"):
+    """PURE's knobs (`+algorithm.pure_<name>`; module docstring)."""
+
+    temperature: float = knob(DEFAULT_TEMPERATURE, bounds="(0, inf)", source="code", doc="T of the min-form softmax")
+    step_scale: float = knob(1.0, source="ours", doc="c of the step value clip(c * mean S_t, -1, 1)")
+    outcome_coef: float = knob(1.0, source="ours", doc="weight of the verifiable reward at EOS")
 
 
 def _leave_one_out_sum(values: torch.Tensor, group: torch.Tensor, num_groups: int) -> torch.Tensor:
@@ -144,7 +155,7 @@ def compute_pure_advantage(
     Reads the reward streams `local`, `step_end`, `outcome` (one value per response:
     `verl_bot.credit.streams.response_value`) (`verl_bot.credit.streams`) instead of
     `token_level_rewards`, and from the `algorithm` config `pure_temperature` (0.1),
-    `pure_outcome_coef` (1.0) and `pure_step_scale` (1.0) (set with `+algorithm.pure_temperature=...`).
+    `pure_outcome_coef` (1.0) and `pure_step_scale` (1.0) (`PureSettings`, set with `+algorithm.pure_temperature=...`).
 
     Args:
         token_level_rewards: (B, T), used only for its shape. response_mask: (B, T). index: (B,) uids.
@@ -152,7 +163,7 @@ def compute_pure_advantage(
     Returns:
         (advantages, returns): both (B, T).
     """
-    get = config.get if config is not None else (lambda key, default=None: default)
+    settings = PureSettings.from_config(config)
     streams = active_streams("pure", STREAMS, response_mask)
     solved = response_value(streams["outcome"])  # written on the last response token, masked or not
     return pure_advantage(
@@ -161,7 +172,7 @@ def compute_pure_advantage(
         solved,
         response_mask,
         index,
-        temperature=float(get("pure_temperature", DEFAULT_TEMPERATURE)),
-        outcome_coef=float(get("pure_outcome_coef", 1.0)),
-        step_scale=float(get("pure_step_scale", 1.0)),
+        temperature=settings.temperature,
+        outcome_coef=settings.outcome_coef,
+        step_scale=settings.step_scale,
     )

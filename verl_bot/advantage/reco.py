@@ -39,6 +39,7 @@ verl's vanilla (dual-clip) loss.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,10 +49,11 @@ from verl.utils.groupwise import as_torch_index
 from verl_bot.advantage.groups import group_sum, raise_for_rows
 from verl_bot.credit.context import current, report_metrics
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.knobs import MethodSettings, knob
 
 DEFAULT_W_MAX = 5.0
+DEFAULT_RVAR_FLOOR = 1e-6
 OCCURRENCES = ("count_model", "count", "model")  # the first is the default
-KNOBS = ("reco_w_max", "reco_occurrence")  # `+algorithm.<knob>`, read by `reco_options`
 FIELDS = ("responses",)  # trajectory fields read from the batch context (the copies' token ids)
 
 
@@ -63,19 +65,31 @@ def check_weight_knobs(w_max: float, occurrence: str) -> None:
         raise ValueError(f"reco_occurrence must be one of {', '.join(OCCURRENCES)}, got {occurrence!r}")
 
 
+@dataclass(frozen=True)
+class RecoSettings(MethodSettings, prefix="reco_", label="ReCo"):
+    """ReCo's knobs, both halves (`+algorithm.reco_<name>`): the response weights of this estimator (`w_max`,
+    `occurrence`) and the token ratio of its loss (`rvar_cap`, `rvar_floor`: `verl_bot.losses.reco`)."""
+
+    w_max: float = knob(
+        DEFAULT_W_MAX, bounds="[1, inf)", source="paper", doc="clip of the raw weights 1/(K pi_hat)"
+    )
+    occurrence: str = knob(OCCURRENCES[0], choices=OCCURRENCES, source="ours", doc="the estimate pi_hat")
+    rvar_cap: float | None = knob(
+        None, bounds="(0, inf)", source="ours", doc="the loss's cap of r_var (default: the actor's clip_ratio_c)"
+    )
+    rvar_floor: float = knob(
+        DEFAULT_RVAR_FLOOR, bounds="(0, 0.25]", source="ours", doc="the loss's floor of p_old (1 - p_old)"
+    )
+
+
 def reco_options(algorithm: Any) -> dict[str, Any]:
-    """The keyword arguments of `reco_weights` from verl's `algorithm` config (None: the defaults).
+    """The keyword arguments of `reco_weights` from verl's `algorithm` config (`RecoSettings`; None: the defaults).
 
     Keys: `reco_w_max` (5.0) and `reco_occurrence` ("count_model"), set with `+algorithm.<key>=...`. Raises
     VerlBotConfigError (a ValueError) naming the key for a bad value (also at start-up: `verl_bot.launch.preflight`).
     """
-    get = algorithm.get if algorithm is not None else (lambda key, default=None: default)
-    w_max, occurrence = get("reco_w_max", DEFAULT_W_MAX), get("reco_occurrence", OCCURRENCES[0])
-    try:
-        check_weight_knobs(float(w_max), str(occurrence))
-    except (TypeError, ValueError) as exc:
-        raise VerlBotConfigError(f"+algorithm.reco_w_max={w_max!r}, reco_occurrence={occurrence!r}: {exc}") from exc
-    return {"w_max": float(w_max), "occurrence": str(occurrence)}
+    settings = RecoSettings.from_config(algorithm)
+    return {"w_max": settings.w_max, "occurrence": settings.occurrence}
 
 
 def repeat_counts(responses: torch.Tensor, response_mask: torch.Tensor, group: torch.Tensor) -> torch.Tensor:

@@ -26,8 +26,8 @@ advantage is GRPO's. When `solved` is unknown (a reward without it), the last se
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,92 +37,120 @@ from verl.utils.groupwise import as_torch_index
 from verl_bot.advantage.groups import group_sum, raise_for_rows
 from verl_bot.credit.context import current, report_metrics
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.knobs import MethodSettings, knob
 
 PROBE_FIELD = "verl_bot_vps"
 AGENT_LOOP = "vps_single_turn"
 EPS = 1e-6
 DEFAULT_STD_FLOOR = 0.05  # measured on toy_math (docs/ALGORITHMS.md, GRPO-VPS)
-KNOB_PREFIX = "vps_"
 OUTCOME_KEYS = ("solved", "acc")  # reward_extra_info: the bot manager's `solved`, verl's math scorers' `acc`
+# a probe's sampling parameters: the common ones (verl's vLLM and SGLang servers translate `max_tokens` and
+# `prompt_logprobs`), then each engine's own (`actor_rollout_ref.rollout.name`; hf: verl-bot's CPU server)
+PROBE_PARAMS = {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
+ENGINE_PARAMS: dict[str, dict[str, Any]] = {
+    "vllm": {"detokenize": False},  # vLLM's SamplingParams: do not detokenize the one sampled token
+    "sglang": {},  # verl hands the rest to SGLang's SamplingParams, which has no `detokenize`
+    "hf": {},
+}
+
+
+def _one_answer_slot(template: str) -> bool:
+    return template.count("{answer}") == 1
 
 
 @dataclass(frozen=True)
-class VPSSettings:
+class VPSSettings(MethodSettings, prefix="vps_", label="GRPO-VPS"):
     """The knobs of GRPO-VPS, read from verl's `algorithm` config as `+algorithm.vps_<name>=...`.
 
     Used by the agent loop (cuts, template) and by the estimator (alpha, space, normalize, log_floor).
     """
 
-    alpha: float = 0.5  # weight of the progress term
-    cut_rule: str = "surprisal"  # surprisal: highest -log p of the sampled tokens; uniform: evenly spaced
-    cut_quantile: float = 0.1  # surprisal: candidates are the top q of the reasoning tokens
-    max_cuts: int = 8  # cuts per rollout besides tau_0 = 0 (probes = max_cuts + 1)
-    min_gap: int = 64  # tokens between cuts (and from the start)
-    template: str = "auto"  # auto | final | boxed | a string with {answer}
-    space: str = "prob"  # prob: v = p(a*); log: v = max(log p(a*), log_floor)
-    normalize: str = "group"  # group: z-score progress over the group's segments; none
-    log_floor: float = -20.0  # space=log: lower clamp of every value (log 0 = -inf otherwise)
-    std_floor: float = DEFAULT_STD_FLOOR  # normalize=group: the group std is max(std, std_floor)
+    alpha: float = knob(0.5, bounds="[0, inf)", source="ours", doc="weight of the progress term")
+    cut_rule: str = knob(
+        "surprisal", choices=("surprisal", "uniform"), source="ours",
+        doc="surprisal: highest -log p of the sampled tokens; uniform: evenly spaced",
+    )
+    cut_quantile: float = knob(
+        0.1, bounds="(0, 1]", source="ours", doc="surprisal: candidates are the top q of the reasoning tokens"
+    )
+    max_cuts: int = knob(8, bounds="[0, inf)", source="ours", doc="cuts per rollout besides tau_0 = 0")
+    min_gap: int = knob(64, bounds="[1, inf)", source="ours", doc="tokens between cuts (and from the start)")
+    template: str = knob(
+        "auto", choices=("auto", "final", "boxed"), other=("a text with one {answer}", _one_answer_slot),
+        source="ours", doc="the answer appended at a cut (`verl_bot.vps.probing.choose_template`)",
+    )
+    space: str = knob("prob", choices=("prob", "log"), source="ours", doc="prob: v = p(a*); log: v = log p(a*)")
+    normalize: str = knob(
+        "group", choices=("group", "none"), source="ours", doc="group: z-score progress over the group's segments"
+    )
+    log_floor: float = knob(-20.0, bounds="(-inf, 0)", source="ours", doc="space=log: lower clamp of every value")
+    std_floor: float = knob(
+        DEFAULT_STD_FLOOR, bounds="[0, inf)", source="ours", doc="normalize=group: the std is max(std, std_floor)"
+    )
 
-    @classmethod
-    def from_config(cls, config: Any) -> VPSSettings:
-        """The knobs from verl's `algorithm` config (`vps_*` keys; None: the defaults).
 
-        Raises VerlBotConfigError (a ValueError) naming the key for a value of the wrong kind or out of range and
-        for an unknown `vps_*` key (also at start-up: `verl_bot.launch.preflight`).
-        """
-        config = config if config is not None else {}
-        known = {f.name: f for f in fields(cls)}
-        given = {str(k)[len(KNOB_PREFIX) :]: config[k] for k in config.keys() if str(k).startswith(KNOB_PREFIX)}
-        unknown = sorted(set(given) - set(known))
-        if unknown:
-            raise VerlBotConfigError(
-                f"unknown GRPO-VPS knob(s) {['+algorithm.' + KNOB_PREFIX + k for k in unknown]}; "
-                f"known: {[KNOB_PREFIX + k for k in known]}"
-            )
-        values = {}
-        for name, raw in given.items():
-            kind = type(known[name].default)
-            try:
-                if isinstance(raw, bool):
-                    raise ValueError("a boolean")
-                value = float(raw) if kind in (int, float) else str(raw)
-                if kind is int and not float(value).is_integer():
-                    raise ValueError("not an integer")
-                values[name] = kind(value)
-            except (TypeError, ValueError):
-                raise VerlBotConfigError(
-                    f"+algorithm.{KNOB_PREFIX}{name} must be a {kind.__name__}, got {raw!r}"
-                ) from None
-        settings = cls(**values)
-        settings.validate()
-        return settings
+def answer_text(ground_truth: Any) -> str | None:
+    """The answer to probe for: a string or number ground truth, stripped; None otherwise (dict, list, bool, empty)."""
+    if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, int, float, np.integer, np.floating)):
+        return None
+    text = str(ground_truth).strip()
+    return text or None
 
-    def validate(self) -> None:
-        """Raise VerlBotConfigError naming every knob out of its range."""
-        problems = []
-        if not (self.alpha >= 0 and math.isfinite(self.alpha)):
-            problems.append(f"vps_alpha={self.alpha} must be a finite number >= 0")
-        if self.cut_rule not in ("surprisal", "uniform"):
-            problems.append(f"vps_cut_rule={self.cut_rule!r} must be surprisal or uniform")
-        if not 0 < self.cut_quantile <= 1:
-            problems.append(f"vps_cut_quantile={self.cut_quantile} must be in (0, 1]")
-        if self.max_cuts < 0:
-            problems.append(f"vps_max_cuts={self.max_cuts} must be >= 0")
-        if self.min_gap < 1:
-            problems.append(f"vps_min_gap={self.min_gap} must be >= 1")
-        if self.template not in ("auto", "final", "boxed") and self.template.count("{answer}") != 1:
-            problems.append(f"vps_template={self.template!r} must be auto, final, boxed or a text with one {{answer}}")
-        if self.space not in ("prob", "log"):
-            problems.append(f"vps_space={self.space!r} must be prob or log")
-        if self.normalize not in ("group", "none"):
-            problems.append(f"vps_normalize={self.normalize!r} must be group or none")
-        if not (self.log_floor < 0 and math.isfinite(self.log_floor)):
-            problems.append(f"vps_log_floor={self.log_floor} must be a finite number < 0")
-        if not (self.std_floor >= 0 and math.isfinite(self.std_floor)):
-            problems.append(f"vps_std_floor={self.std_floor} must be a finite number >= 0")
-        if problems:
-            raise VerlBotConfigError("GRPO-VPS: " + "; ".join(f"+algorithm.{p}" for p in problems))
+
+def probe_params(engine: str) -> dict[str, Any]:
+    """The sampling parameters of a probe on the rollout engine `engine` (a new dict).
+
+    Raises VerlBotConfigError for an engine whose verl server returns no `prompt_logprobs` (trtllm) or that
+    is unknown (also at start-up: `startup_problem`).
+    """
+    if engine not in ENGINE_PARAMS:
+        raise VerlBotConfigError(
+            f"adv_estimator=vps reads the answer's log-prob from prompt_logprobs, which verl 0.9.1's "
+            f"actor_rollout_ref.rollout.name={engine} server does not return; use {', '.join(ENGINE_PARAMS)}"
+        )
+    return {**PROBE_PARAMS, **ENGINE_PARAMS[engine]}
+
+
+def files_without_answers(paths: Iterable[str]) -> list[str]:
+    """The parquet files among `paths` in which no row has a ground truth GRPO-VPS can probe for
+    (`reward_model.ground_truth`, a string or a number: `answer_text`)."""
+    import pyarrow.parquet as pq
+
+    bad = []
+    for path in paths:
+        rows = []
+        if "reward_model" in pq.read_schema(path).names:
+            rows = pq.read_table(path, columns=["reward_model"]).column("reward_model").to_pylist()
+        if not any(isinstance(r, dict) and answer_text(r.get("ground_truth")) for r in rows):
+            bad.append(path)
+    return bad
+
+
+def startup_problem(config: Any, train_files: list[str]) -> str | None:
+    """Why `adv_estimator=vps` cannot run with verl's composed `config` (one line), or None: no ground truth to
+    probe for in any row of a local parquet file among `train_files`, a rollout engine whose verl server returns
+    no `prompt_logprobs`, or another agent loop than the one that writes the probes."""
+    no_answers = files_without_answers(train_files)
+    if no_answers:
+        return (
+            f"adv_estimator=vps probes the model's belief in each prompt's correct answer, but no row of "
+            f"{no_answers[0]} has one (reward_model.ground_truth: a string or a number); use a task with one "
+            "correct answer per prompt (e.g. toy_math, AIME, verl's math data)"
+        )
+    rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
+    engine = rollout.get("name")
+    try:
+        if engine is not None:  # unset, verl itself refuses the run
+            probe_params(str(engine))
+    except VerlBotConfigError as exc:
+        return str(exc)
+    loop = (rollout.get("agent") or {}).get("default_agent_loop")
+    if loop != AGENT_LOOP:
+        return (
+            f"adv_estimator=vps reads belief probes that the {AGENT_LOOP} agent loop writes, but "
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}; set it to {AGENT_LOOP}"
+        )
+    return None
 
 
 # ------------------------------------------------------------------------------------------ the math

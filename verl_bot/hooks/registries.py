@@ -66,10 +66,10 @@ def estimators_and_losses() -> list[str]:
         register = core_algos.register_adv_est(name)
         done.append(_enter("adv_estimator", name, spec.fn, core_algos.ADV_ESTIMATOR_REGISTRY,
                            lambda register=register, fn=spec.fn: register(fn)))
-    for name, fn in LOSSES.items():
+    for name, spec in LOSSES.items():
         register = core_algos.register_policy_loss(name)
-        done.append(_enter("policy_loss", name, fn, core_algos.POLICY_LOSS_REGISTRY,
-                           lambda register=register, fn=fn: register(fn)))
+        done.append(_enter("policy_loss", name, spec.fn, core_algos.POLICY_LOSS_REGISTRY,
+                           lambda register=register, fn=spec.fn: register(fn)))
     return done
 
 

@@ -7,18 +7,34 @@ refuses keys it does not know, so a loss keeps its knobs in the `algorithm`
 config as `+algorithm.<name>_<knob>`; the trainer hooks ship them to the
 workers with every actor update and the loss reads them with
 `verl_bot.credit.context.loss_settings()` (None outside verl's trainer: defaults).
-A new loss is a module plus one row in `LOSSES`.
+A new loss is a module plus one row in `LOSSES`: its function, its knobs (a
+`verl_bot.knobs.MethodSettings` class) and its start-up check, which
+`verl_bot.launch.preflight` asks when the run selects the loss.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from verl_bot.losses.reco import compute_policy_loss_reco
+from verl_bot.advantage.reco import RecoSettings
+from verl_bot.knobs import MethodSettings, StartupCheck
+from verl_bot.losses import reco
 
-LOSSES: dict[str, Callable[..., Any]] = {
-    "reco": compute_policy_loss_reco,
+
+@dataclass(frozen=True)
+class LossSpec:
+    """A verl-bot policy loss: verl's `PolicyLossFn`, its knobs (`verl_bot.knobs`) and its start-up check."""
+
+    fn: Callable[..., Any]
+    settings: type[MethodSettings] | None = None
+    check: StartupCheck | None = None
+
+
+LOSSES: dict[str, LossSpec] = {
+    # ReCo's token ratio; its knobs are ReCo's, declared once with its response weights (verl_bot.advantage.reco)
+    "reco": LossSpec(reco.compute_policy_loss_reco, settings=RecoSettings, check=reco.startup_problem),
 }
 
 

@@ -34,44 +34,59 @@ Metrics (moved to `reco/...` by the trainer hook): `rvar_mean`, `rvar_capped_sha
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
 
+from verl_bot.advantage.reco import DEFAULT_RVAR_FLOOR, RecoSettings
 from verl_bot.credit.context import loss_settings
-from verl_bot.errors import VerlBotConfigError
 
-DEFAULT_FLOOR = 1e-6
 SATURATED_P = 0.99
 LOG_RATIO_CLAMP = 20.0  # verl's vanilla loss clamps log(p / p_old) to +-20 before exp
-KNOBS = ("reco_rvar_cap", "reco_rvar_floor")  # `+algorithm.<knob>`, read by `ratio_options`
+logger = logging.getLogger("verl_bot")
 
 
 def ratio_options(settings: Any, clip_ratio_c: float) -> tuple[float, float]:
-    """(cap, floor) of r_var from the loss's knobs (`reco_rvar_cap`, default `clip_ratio_c`; `reco_rvar_floor`, 1e-6).
+    """(cap, floor) of r_var from the loss's knobs (`RecoSettings`: `reco_rvar_cap`, default `clip_ratio_c`;
+    `reco_rvar_floor`, 1e-6).
 
     `settings` is `loss_settings()` in the worker or verl's `algorithm` config at start-up (None: the defaults).
     Raises VerlBotConfigError (a ValueError) naming the key unless cap > 0 and 0 < floor <= 1/4 (the largest
     Bernoulli variance).
     """
-    get = settings.get if settings is not None else (lambda key, default=None: default)
-    cap, floor = get("reco_rvar_cap"), get("reco_rvar_floor", DEFAULT_FLOOR)
-    cap = clip_ratio_c if cap is None else cap
-    try:
-        cap, floor = float(cap), float(floor)
-    except (TypeError, ValueError) as exc:
-        raise VerlBotConfigError(f"+algorithm.reco_rvar_cap={cap!r}, reco_rvar_floor={floor!r}: {exc}") from exc
-    if not cap > 0:
-        raise VerlBotConfigError(f"+algorithm.reco_rvar_cap must be > 0, got {cap}")
-    if not 0 < floor <= 0.25:
-        raise VerlBotConfigError(f"+algorithm.reco_rvar_floor must be in (0, 0.25], got {floor}")
-    return cap, floor
+    knobs = RecoSettings.from_config(settings, rvar_cap=clip_ratio_c)
+    return knobs.rvar_cap, knobs.rvar_floor
+
+
+def startup_problem(config: Any, train_files: list[str]) -> str | None:
+    """Why the `reco` loss cannot run with verl's composed `config` (one line), or None; warns when it is inert.
+
+    Its knobs are read with the actor's `clip_ratio_c` (the cap's default); `train_files` is not needed.
+    """
+    actor = (config.get("actor_rollout_ref") or {}).get("actor") or {}
+    ratio_options(config.get("algorithm"), float(actor.get("clip_ratio_c", 3.0)))
+    if (config.get("distillation") or {}).get("enabled", False):
+        return (
+            "policy_loss.loss_mode=reco with distillation.enabled=true: verl's distillation loss does not pass "
+            "verl-bot's loss settings on; use the reco estimator with the vanilla loss, or switch distillation off"
+        )
+    mini, batch = actor.get("ppo_mini_batch_size"), (config.get("data") or {}).get("train_batch_size")
+    if int(actor.get("ppo_epochs", 1)) == 1 and mini is not None and batch is not None and int(mini) >= int(batch):
+        logger.warning(
+            "policy_loss.loss_mode=reco with one mini-batch (ppo_mini_batch_size=%s >= data.train_batch_size=%s) "
+            "and ppo_epochs=1: the variance ratio is 1 on the first mini-batch of a step, so the reco loss is "
+            "verl's vanilla loss here; lower ppo_mini_batch_size or raise ppo_epochs for it to act",
+            mini,
+            batch,
+        )
+    return None
 
 
 @torch.no_grad()
 def variance_ratio(
-    log_prob: torch.Tensor, old_log_prob: torch.Tensor, cap: float, floor: float = DEFAULT_FLOOR
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, cap: float, floor: float = DEFAULT_RVAR_FLOOR
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ReCo's r_var, floored and capped (no gradient).
 

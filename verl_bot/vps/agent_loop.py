@@ -20,8 +20,8 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from verl_bot.advantage.vps import PROBE_FIELD, VPSSettings
-from verl_bot.vps.probing import answer_text, choose_template, probe_params, probe_rollout
+from verl_bot.advantage.vps import PROBE_FIELD, VPSSettings, answer_text, probe_params
+from verl_bot.vps.probing import choose_template, probe_rollout
 
 
 @functools.lru_cache(maxsize=8)

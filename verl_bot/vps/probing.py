@@ -14,10 +14,11 @@ After a rollout is generated, the agent loop (`verl_bot.vps.agent_loop`) calls `
    `42` + `</final>`). The answer and the suffix are the scored tokens (the suffix stops "12" from counting
    toward the answer "123"); the template prefix is conditioned on, not scored.
 3. the probes go to the same rollout server concurrently, as verl's distillation teacher path sends fixed
-   sequences: `max_tokens=1, temperature=1, prompt_logprobs=0`, plus what only one engine takes (`probe_params`:
-   vLLM's `detokenize=False`, which verl's SGLang server would hand to SGLang's sampling parameters, where it is
-   unknown); entry j of the answer's `prompt_logprobs` is the log-prob of token j + 1 (a dummy closes the list),
-   so the answer's log-prob is the sum of the entries before its tokens.
+   sequences: `max_tokens=1, temperature=1, prompt_logprobs=0`, plus what only one engine takes
+   (`verl_bot.advantage.vps.probe_params`: vLLM's `detokenize=False`, which verl's SGLang server would hand to
+   SGLang's sampling parameters, where it is unknown); entry j of the answer's `prompt_logprobs` is the
+   log-prob of token j + 1 (a dummy closes the list), so the answer's log-prob is the sum of the
+   entries before its tokens.
 
 The result is one small record per rollout (`cuts`, `logp` = b_k, cost and status) that the `vps` estimator
 reads (`verl_bot.advantage.vps`). What a rollout can be, and what it gets (`status`):
@@ -46,7 +47,6 @@ import numpy as np
 
 from reward_servers.common.think import split_think
 from verl_bot.advantage.vps import VPSSettings
-from verl_bot.errors import VerlBotConfigError
 
 ANSWER = "{answer}"
 TEMPLATES = {
@@ -54,30 +54,6 @@ TEMPLATES = {
     "boxed": "\n\n**Final Answer**\n\\boxed{{answer}}",  # verl's math data (the closest public probe: SPAE)
 }
 FINAL_SOURCES = frozenset({"aime", "toy_math"})
-# a probe's sampling parameters: the common ones (verl's vLLM and SGLang servers translate `max_tokens` and
-# `prompt_logprobs`), then each engine's own (`actor_rollout_ref.rollout.name`; hf: verl-bot's CPU server)
-PROBE_PARAMS = {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0}
-ENGINE_PARAMS: dict[str, dict[str, Any]] = {
-    "vllm": {"detokenize": False},  # vLLM's SamplingParams: do not detokenize the one sampled token
-    "sglang": {},  # verl hands the rest to SGLang's SamplingParams, which has no `detokenize`
-    "hf": {},
-}
-
-
-def probe_params(engine: str) -> dict[str, Any]:
-    """The sampling parameters of a probe on the rollout engine `engine` (a new dict).
-
-    Raises VerlBotConfigError for an engine whose verl server returns no `prompt_logprobs` (trtllm) or that
-    is unknown (also at start-up: `verl_bot.launch.preflight`).
-    """
-    if engine not in ENGINE_PARAMS:
-        raise VerlBotConfigError(
-            f"adv_estimator=vps reads the answer's log-prob from prompt_logprobs, which verl 0.9.1's "
-            f"actor_rollout_ref.rollout.name={engine} server does not return; use {', '.join(ENGINE_PARAMS)}"
-        )
-    return {**PROBE_PARAMS, **ENGINE_PARAMS[engine]}
-
-
 def choose_template(setting: str, data_source: str = "", prompt_text: str = "") -> tuple[str, str]:
     """(name, template with one `{answer}`) for a row: a preset, a custom string, or `auto`.
 
@@ -93,14 +69,6 @@ def choose_template(setting: str, data_source: str = "", prompt_text: str = "") 
     if "\\boxed" in prompt_text or str(data_source) not in FINAL_SOURCES:
         return "boxed", TEMPLATES["boxed"]
     return "final", TEMPLATES["final"]
-
-
-def answer_text(ground_truth: Any) -> str | None:
-    """The answer to probe for: a string or number ground truth, stripped; None otherwise (dict, list, bool, empty)."""
-    if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, int, float, np.integer, np.floating)):
-        return None
-    text = str(ground_truth).strip()
-    return text or None
 
 
 @dataclass(frozen=True)
