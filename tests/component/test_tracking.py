@@ -21,11 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-from verl_bot.credit.verdict import compose_token_rewards
 from verl_bot.hooks.v1 import tracker_panel
 from verl_bot.observe import panels
 from verl_bot.observe.token_records import read_records
-from verl_bot.observe.token_view import colour, shown_tokens, token_scales
+from verl_bot.observe.token_view import colour, shown_tokens
 from verl_bot.step import panel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +34,17 @@ RECORDS = ROOT / "tests" / "fixtures" / "token_report" / "bot" / "token_records"
 @pytest.fixture(scope="module")
 def records():
     return read_records(RECORDS)
+
+
+def reference_scales(records: list[dict]) -> dict[str, float]:
+    """The report's colour scale of each quantity, the slow way: the smallest round number (1, 1.5, 2, 2.5, 3, 4,
+    5, 6 or 8 times a power of ten) at least the largest |value| of any token of `records`."""
+    scales = {}
+    for key in ("rewards", "advantages"):
+        largest = max(abs(v) for record in records for v in record[key])
+        rounds = sorted(m * 10.0**k for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8) for k in range(-6, 7))
+        scales[key] = next(r for r in rounds if r >= largest * (1 - 1e-12))
+    return scales
 
 
 # ------------------------------------------------------------------------------------------ readers
@@ -226,7 +236,7 @@ def test_a_panel_takes_whole_groups_in_prompt_order_then_cuts():
 def test_the_html_panel_is_the_reports_view_of_the_records(records):
     page = panels.panel_html(20, "bot", records[:6], 10)
     rollouts, scales = html_panel(page)
-    assert scales == token_scales(records[:6])  # the report's rule, over the rollouts shown
+    assert scales == pytest.approx(reference_scales(records[:6]))  # the report's rule, over the rollouts shown
     check_panel(rollouts, records[:6], 10)
     assert [r["key"] for r in rollouts] == [r["key"] for r in records[:6]]
     for token in (t for r in rollouts for t in r["tokens"]):
@@ -242,7 +252,7 @@ def test_the_markdown_panel_holds_the_shown_tokens_and_tensorboard_renders_it(re
     text = panels.panel_markdown(20, "bot", records[:6], 10)
     rollouts = markdown_panel(text)
     check_panel(rollouts, records[:6], 10)
-    scales = token_scales(records[:6])
+    scales = reference_scales(records[:6])
     for token in (t for r in rollouts for t in r["tokens"]):
         assert token["squares"] == (panels.squares(token["rewards"], scales["rewards"]),
                                     panels.squares(token["advantages"], scales["advantages"]))
@@ -276,7 +286,7 @@ def test_s_t_undoes_the_managers_composition():
     rng = np.random.default_rng(0)
     scores, lengths = np.array([0.5, -1.0, 3.0]), np.array([4, 1, 6])
     local = [rng.uniform(-1, 1, n) for n in lengths]
-    rewards = np.concatenate([compose_token_rewards(g, s, 1.0, 0.5) for g, s in zip(scores, local, strict=True)])
+    rewards = np.concatenate([1.0 * g + 0.5 * s for g, s in zip(scores, local, strict=True)])  # w_g G + w_s S_t
     got = panels.local_signal(rewards.astype(np.float32), scores, lengths, 1.0, 0.5)
     np.testing.assert_allclose(got, np.concatenate(local), atol=1e-6)
 
