@@ -12,8 +12,9 @@ Every scan here is a linear regex pass or a linear brace walk: a 1 MB response c
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from reward_servers.common.steps import BLANK_LINE, Step, separator_pattern, split_steps
 from reward_servers.common.think import ThinkSplit
 
 # <step 3>, < step3 >, </step 3>, </step>, <final>, </final>; case-insensitive
@@ -22,20 +23,6 @@ _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 FORMAT_OK, FORMAT_MISMATCHED, FORMAT_MISSING = "ok", "mismatched", "missing"
 FORMAT_NATIVE = "native"  # a closed think block, then a \boxed{} answer and no tag at all (a reasoning model's own)
-_BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
-_PARAGRAPH = re.compile(r"\S(?:(?!" + _BLANK_LINE.pattern + r").)*", re.S)  # a non-space up to the next blank line
-
-
-@dataclass
-class Step:
-    """One tagged step: ``index`` as written in the tag (1-based), block span and the inner text span."""
-
-    index: int
-    start: int
-    end: int
-    text_start: int
-    text_end: int
-    closed: bool = True
 
 
 @dataclass
@@ -68,7 +55,7 @@ def parse_response(text: str, start: int = 0) -> Parsed:
 
     def close_step(end: int, text_end: int, closed: bool) -> None:
         idx, m = open_step
-        out.steps.append(Step(idx, m.start(), end, m.end(), text_end, closed))
+        out.steps.append(Step(idx, m.start(), end, m.end(), text_end, text[m.end() : text_end], closed))
 
     for m in tags:
         closing, kind, num = m.group(1) == "/", m.group(2).lower(), m.group(3)
@@ -209,16 +196,16 @@ def format_verdict(parsed: Parsed, think: ThinkSplit, ans: Answer | None) -> str
 
 
 def paragraph_steps(text: str, start: int = 0, answer_at: int | None = None) -> list[Step]:
-    """The paragraphs (blank-line separated, trailing whitespace trimmed) of ``text[start:]`` before the one that
-    holds the answer (its first step/final tag, else the answer at offset ``answer_at``), as steps 1..n: a step's
-    block and its text are the paragraph itself. Without tag and answer, every paragraph is a step."""
+    """The paragraphs of ``text[start:]`` (the blank-line steps of ``reward_servers.common.steps.split_steps``)
+    before the one that holds the answer (its first step/final tag, else the answer at offset ``answer_at``), as
+    steps 1..n. A paragraph step's block is its text, stripped: no blank line, as a tagged step's block holds nothing
+    outside its tags. Without tag and answer, every paragraph is a step."""
     first_tag = _TAG.search(text, start)
     end = min(first_tag.start() if first_tag else len(text), len(text) if answer_at is None else answer_at)
-    paragraphs = list(_PARAGRAPH.finditer(text, start, end))
-    if end < len(text) and paragraphs and not _BLANK_LINE.search(text, paragraphs[-1].end(), end):
+    paragraphs = split_steps(text, BLANK_LINE, start, end)
+    if end < len(text) and paragraphs and not separator_pattern(BLANK_LINE).search(text, paragraphs[-1].text_end, end):
         paragraphs.pop()  # no blank line between it and the answer: it is the answer's paragraph
-    ends = [m.start() + len(m.group().rstrip()) for m in paragraphs]
-    return [Step(k, m.start(), e, m.start(), e) for k, (m, e) in enumerate(zip(paragraphs, ends, strict=True), 1)]
+    return [replace(p, start=p.text_start, end=p.text_end) for p in paragraphs]
 
 
 def find_steps(

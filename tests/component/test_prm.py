@@ -23,7 +23,6 @@ from tests.component.test_recipes import data as recipe_data  # noqa: F401 - a f
 from tests.component.test_reward_manager import make_batch, worker_for
 from tests.conftest import compose_verl_config
 from verl_bot.credit.spans import token_char_spans
-from verl_bot.credit.streams import step_end_mask
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.launch.preflight import check_config
 from verl_bot.rewards import prm
@@ -137,20 +136,7 @@ def g_of(response, ground_truth="5"):
     return asyncio.run(toy_math(TASK, response, ground_truth))["global"]["score"]
 
 
-# ---- pure parts ----------------------------------------------------------------------------------
-
-
-def test_split_steps_spans_cover_the_text_and_follow_the_streams_rule():
-    text = "\n\nfirst\n\n\nsecond\nline\n\nthird\n\n"
-    steps = prm.split_steps(text, "\n\n")
-    assert [s.text for s in steps] == ["first", "second\nline", "third"]
-    assert [(s.start, s.end) for s in steps] == [(0, 10), (10, 23), (23, 30)]  # leading / trailing runs joined
-    assert prm.split_steps("", "\n\n") == [] and prm.split_steps("\n\n", "\n\n") == []
-    assert [s.text for s in prm.split_steps("a ## b####c", "##")] == ["a", "b", "c"]
-    # the streams' step ends (blank-line runs) are the steps' last characters
-    spans = np.array([[i, i + 1] for i in range(len(text))])
-    ends = np.flatnonzero(step_end_mask(spans, text))
-    assert list(ends) == [1, 9, 22, 29]  # the leading run ends an empty step, which the PRM joins to the next
+# ---- pure parts (the step splitter itself: tests/unit/test_steps.py) ---------------------------------
 
 
 def test_a_think_block_is_not_scored():

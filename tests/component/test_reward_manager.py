@@ -23,7 +23,6 @@ from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
 from tests.conftest import compose_verl_config
 from verl_bot.advantage.bot import bot_advantage
-from verl_bot.credit.spans import char_values, token_char_spans, token_local_values
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.rewards.builtin import toy_lint
 
@@ -112,11 +111,56 @@ def worker_for(tiny_model_dir, *extra):
     return RewardLoopWorker(config), config
 
 
-def expected_token_rewards(tokenizer, ids, text_response, w_global=1.0, w_local=1.0):
-    text, spans = token_char_spans(tokenizer, ids)
-    verdict = toy_lint("", text)
-    local = token_local_values(spans, char_values(len(text), verdict["local"]))
-    return w_global * verdict["global"]["score"] + w_local * local
+VOWELS = "aeiou"  # toy_lint's default forbidden characters
+
+
+def reference_coverage(tokenizer, ids):
+    """Slow reference of the characters each token produced, from the tokenizer's decoding alone (none of verl_bot's
+    span mapping): `[start, end)` per token in `tokenizer.decode(ids, skip_special_tokens=True)`.
+
+    Token t covers what decoding ids[:t+1] adds to decoding ids[:t] (a decode ending in an unfinished character
+    drops its U+FFFD); a non-special token that completes no character covers those of the next token that does; a
+    special token (EOS) covers none."""
+    covered, done = [], 0
+    for t in range(len(ids)):
+        prefix = tokenizer.decode(ids[: t + 1], skip_special_tokens=True)
+        prefix = prefix.rstrip("\ufffd") if t + 1 < len(ids) else prefix
+        covered.append((done, max(done, len(prefix))))
+        done = max(done, len(prefix))
+    special = set(tokenizer.all_special_ids)
+    for t in range(len(ids)):
+        if covered[t][0] == covered[t][1] and ids[t] not in special:
+            covered[t] = next((c for c in covered[t + 1 :] if c[1] > c[0]), covered[t])
+    return covered
+
+
+def reference_credit(tokenizer, ids):
+    """Slow reference of toy_lint's credit on the token ids `ids` (`reference_coverage`): (G, [S_t per token]).
+
+    G = 1 - 2 * vowels / non-space characters (-1 for an empty text); S = -1 on every vowel; S_t is the mean of S
+    over the token's characters, 0 for none."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    visible = [c for c in text if not c.isspace()]
+    g = 1.0 - 2.0 * sum(c in VOWELS for c in visible) / len(visible) if visible else -1.0
+    chars = [text[start:end] for start, end in reference_coverage(tokenizer, ids)]
+    return g, [-sum(c in VOWELS for c in piece) / len(piece) if piece else 0.0 for piece in chars]
+
+
+def reference_token_rewards(tokenizer, ids, w_global=1.0, w_local=1.0, shift=0.0):
+    """`w_g * (G + shift) + w_s * S_t` of `reference_credit` (`shift`: what shaping adds to G)."""
+    g, local = reference_credit(tokenizer, ids)
+    return [w_global * (g + shift) + w_local * s for s in local]
+
+
+def test_the_reference_by_hand(tokenizer):
+    """The reference itself on a response whose tokens are known: "hello world" + EOS."""
+    ids = tokenizer("hello world", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    pieces = [tokenizer.decode([i], skip_special_tokens=True) for i in ids]
+    assert "".join(pieces) == "hello world" and pieces[-1] == ""
+    g, local = reference_credit(tokenizer, ids)
+    assert g == pytest.approx(0.4) and local[-1] == 0.0  # 3 vowels of 10 visible characters; the EOS gets no S
+    for piece, s in zip(pieces[:-1], local[:-1], strict=True):
+        assert s == pytest.approx(-sum(c in VOWELS for c in piece) / len(piece))
 
 
 def test_worker_scores_dense_and_dense_vector_reaches_compute_advantage(tiny_model_dir, tokenizer):
@@ -125,9 +169,9 @@ def test_worker_scores_dense_and_dense_vector_reaches_compute_advantage(tiny_mod
     outputs = asyncio.run(worker.compute_score_batch(data))
 
     # 1. the manager: one reward per valid response token, r_t = w_g * G + w_s * S_t
-    for out, ids, text in zip(outputs, rows, RESPONSES, strict=True):
+    for out, ids in zip(outputs, rows, strict=True):
         assert len(out["reward_score"]) == len(ids)
-        np.testing.assert_allclose(out["reward_score"], expected_token_rewards(tokenizer, ids, text, 1.0, 0.5))
+        np.testing.assert_allclose(out["reward_score"], reference_token_rewards(tokenizer, ids, 1.0, 0.5))
     hello = outputs[1]["reward_score"]  # "hello world": vowel tokens are penalised below the others
     assert min(hello) < max(hello)
     assert outputs[1]["reward_extra_info"]["score"] == pytest.approx(2 * (1 - 3 / 10) - 1)
@@ -203,9 +247,9 @@ def test_http_scorer_round_robin_over_servers(tiny_model_dir, tokenizer):
     data, rows = make_batch(tokenizer, RESPONSES, data_source="remote")
     outputs = asyncio.run(worker.compute_score_batch(data))
     assert [s.requests for s in servers] == [3, 3]
-    for out, ids, text in zip(outputs, rows, RESPONSES, strict=True):
+    for out, ids in zip(outputs, rows, strict=True):
         assert out["reward_extra_info"]["scorer_failed"] == 0.0
-        np.testing.assert_allclose(out["reward_score"], expected_token_rewards(tokenizer, ids, text))
+        np.testing.assert_allclose(out["reward_score"], reference_token_rewards(tokenizer, ids))
 
 
 @pytest.mark.parametrize("mode", ["http500", "garbage", "nan", "slow", "down"])
@@ -256,7 +300,7 @@ def test_token_level_false_gives_the_global_score_as_verls_scalar(tiny_model_dir
 
 
 def test_dapo_overlong_shaping_is_added_to_the_global_score(tiny_model_dir, tokenizer):
-    from verl_bot.rewards.manager import overlong_penalty
+    from verl_bot.credit.token_credit import overlong_penalty
 
     # max 10 tokens, cache zone 4: no penalty up to 6 tokens, then -1/4 per token, -1 at 10
     assert [overlong_penalty(n, 10, 4) for n in (5, 6, 7, 8, 10)] == [0.0, 0.0, -0.25, -0.5, -1.0]
@@ -273,6 +317,6 @@ def test_dapo_overlong_shaping_is_added_to_the_global_score(tiny_model_dir, toke
     assert expected_penalty < 0
     assert out["reward_extra_info"]["overlong"] == pytest.approx(expected_penalty)
     assert out["reward_extra_info"]["score"] == pytest.approx(1.0 + expected_penalty)
-    np.testing.assert_allclose(out["reward_score"], expected_token_rewards(tokenizer, rows[0], "") + expected_penalty)
+    np.testing.assert_allclose(out["reward_score"], reference_token_rewards(tokenizer, rows[0], shift=expected_penalty))
     with pytest.raises(ValueError, match="max_resp_len"):
         worker_for(tiny_model_dir, "+reward.reward_kwargs.overlong_buffer_cfg.enable=true")

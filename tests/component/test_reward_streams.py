@@ -11,19 +11,12 @@ from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
-from tests.component.test_reward_manager import expected_token_rewards, make_batch, worker_for
+from tests.component.test_reward_manager import make_batch, reference_credit, reference_token_rewards, worker_for
 from verl_bot.advantage.pass_ import pass_advantage
 from verl_bot.advantage.pure import pure_advantage
-from verl_bot.credit.spans import char_values, token_char_spans, token_local_values
-from verl_bot.credit.streams import (
-    declare_streams,
-    step_end_mask,
-    streams_for,
-    token_streams,
-    use_streams,
-    verdict_format,
-    verdict_outcome,
-)
+from verl_bot.credit.spans import token_char_spans
+from verl_bot.credit.streams import declare_streams, step_end_mask, streams_for, token_streams, use_streams
+from verl_bot.credit.verdict import verdict_format, verdict_outcome
 from verl_bot.errors import FATAL_KEY
 from verl_bot.rewards.builtin import toy_lint
 
@@ -31,23 +24,32 @@ RESPONSES = ["xyz\n\nqrst", "hello\n\n\nworld\nend", "aaa", "", "zz\n\n"]
 
 
 def brute_force_step_ends(text, spans):
-    """The token holding the last newline of every run of >= 2 newlines, and the last token."""
-    ends = set()
-    i = 0
+    """Slow reference: a step ends at a blank-line run (two or more newlines with nothing but spaces, tabs or \\r
+    between them) that has visible text before it (since the last step's end) and after it; the token holding the
+    run's last newline is marked, and the last token (which ends the last step)."""
+    ends, seen_text, i = set(), False, 0
     while i < len(text):
-        j = i
-        while j < len(text) and text[j] == "\n":
+        if text[i] != "\n":
+            seen_text = seen_text or not text[i].isspace()
+            i += 1
+            continue
+        j, newlines, last_newline = i, 0, i
+        while j < len(text) and text[j] in "\n \t\r":
+            if text[j] == "\n":
+                newlines, last_newline = newlines + 1, j
             j += 1
-        if j - i >= 2:
-            ends.update(t for t, (s, e) in enumerate(spans) if s <= j - 1 < e)
-        i = max(j, i + 1)
+        if newlines >= 2 and seen_text and text[j:].strip():
+            ends.update(t for t, (s, e) in enumerate(spans) if s <= last_newline < e)
+            seen_text = False
+        i = last_newline + 1
     if len(spans):
         ends.add(len(spans) - 1)
     return [1.0 if t in ends else 0.0 for t in range(len(spans))]
 
 
 def test_step_end_mask_marks_blank_line_tokens_and_the_last_token(tokenizer):
-    for text in [*RESPONSES, "a\n\n\n\nb\n\nc d", "\n\n\n", "no steps at all", "ü\n\nü"]:
+    for text in [*RESPONSES, "a\n\n\n\nb\n\nc d", "\n\n\n", "no steps at all", "ü\n\nü", "\n\nlead\n\nx",
+                 "a\r\n \r\nb\n \n\nc", "a\n\n  \n\nb  \n\n"]:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         decoded, spans = token_char_spans(tokenizer, ids)
         mask = step_end_mask(spans, decoded)
@@ -56,19 +58,18 @@ def test_step_end_mask_marks_blank_line_tokens_and_the_last_token(tokenizer):
 
 
 def test_verdict_outcome_reads_solved_correct_compiled_in_that_order():
-    assert verdict_outcome({"info": {"correct": True}}, failed=False) == 1.0
-    assert verdict_outcome({"info": {"compiled": False, "rendered": True}}, failed=False) == 0.0
-    assert verdict_outcome({"info": {"solved": 1, "correct": False}}, failed=False) == 1.0
-    assert verdict_outcome({"info": {"correct": True}}, failed=True) == 0.0  # failed scorer: not solved
-    assert verdict_outcome({"info": {"correct": True}, "error": "bad item"}, failed=False) == 0.0
-    assert math.isnan(verdict_outcome({"info": {}}, failed=False))
+    assert verdict_outcome({"info": {"correct": True}}) == 1.0
+    assert verdict_outcome({"info": {"compiled": False, "rendered": True}}) == 0.0
+    assert verdict_outcome({"info": {"solved": 1, "correct": False}}) == 1.0
+    assert verdict_outcome({"info": {"correct": True}, "error": "bad item"}) == 0.0
+    assert math.isnan(verdict_outcome({"info": {}}))
+    # a failed scorer's outcome and format: tests/unit/test_token_credit.py
 
 
 def test_verdict_format_reads_the_format_part_and_is_zero_without_one():
-    assert verdict_format({"global": {"score": 1.2, "parts": {"answer": 1.0, "format": 0.2}}}, failed=False) == 0.2
-    assert verdict_format({"global": {"score": 0.5, "parts": {"clean": 0.75}}}, failed=False) == 0.0  # toy_lint
-    assert verdict_format({"global": {"score": 0.0, "parts": {"format": -1.0}}}, failed=True) == 0.0
-    assert verdict_format({"global": {"score": 0.0, "parts": {"format": -1.0}}, "error": "bad item"}, False) == 0.0
+    assert verdict_format({"global": {"score": 1.2, "parts": {"answer": 1.0, "format": 0.2}}}) == 0.2
+    assert verdict_format({"global": {"score": 0.5, "parts": {"clean": 0.75}}}) == 0.0  # toy_lint
+    assert verdict_format({"global": {"score": 0.0, "parts": {"format": -1.0}}, "error": "bad item"}) == 0.0
 
 
 def test_streams_are_declared_only_by_the_stream_estimators():
@@ -86,14 +87,11 @@ def test_manager_sends_streams_for_pure_and_pure_runs_through_verls_compute_adva
     for out, ids, text in zip(outputs, rows, RESPONSES, strict=True):
         score = out["reward_score"]
         # 1. the composed vector is unchanged; the streams ride next to it
-        np.testing.assert_allclose(score["token_rewards"], expected_token_rewards(tokenizer, ids, text, 1.0, 0.5))
+        np.testing.assert_allclose(score["token_rewards"], reference_token_rewards(tokenizer, ids, 1.0, 0.5))
+        np.testing.assert_allclose(score["streams"]["local"], reference_credit(tokenizer, ids)[1])
         decoded, spans = token_char_spans(tokenizer, ids)
-        verdict = toy_lint("", decoded)
-        np.testing.assert_allclose(
-            score["streams"]["local"], token_local_values(spans, char_values(len(decoded), verdict["local"]))
-        )
         assert score["streams"]["step_end"] == brute_force_step_ends(decoded, spans)
-        solved = float(verdict["info"]["solved"])
+        solved = float(bool(text.strip()) and not any(c in "aeiou" for c in text))  # toy_lint: text, no vowel
         assert score["streams"]["outcome"] == [0.0] * (len(ids) - 1) + [solved] * bool(ids)
         assert out["reward_extra_info"]["solved"] == solved
 

@@ -17,11 +17,11 @@ from tests.conftest import compose_verl_config
 from verl_bot.advantage.bot import bot_advantage, broadcast_row_sums, scalar_layout
 from verl_bot.advantage.pure import pure_advantage
 from verl_bot.credit.context import BatchContext, current, use_context
+from verl_bot.credit.token_credit import clip_local
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks import driver
 from verl_bot.hooks.v1.replay_buffer import first_fatal
 from verl_bot.launch.preflight import check_config
-from verl_bot.rewards.manager import clip_local
 from verl_bot.rewards.settings import manager_settings
 from verl_bot.step.context import check_failure_rate, failed_mask
 from verl_bot.step.failures import exclusion_uids

@@ -19,12 +19,13 @@ import torch
 from omegaconf import OmegaConf
 from verl import DataProto
 
+from tests.component.test_reward_manager import reference_coverage
 from tests.e2e.test_cpu_e2e import Run, workdir  # noqa: F401 - the e2e fixture
 from tests.fixtures.two_turn_loop import toy_lint_sessions
 from verl_bot.advantage.bot import bot_advantage, bot_advantage_and_stats, bot_diagnostics
 from verl_bot.credit.sessions import fingerprint, session_reward_score
 from verl_bot.credit.spans import token_char_spans
-from verl_bot.credit.verdict import InvalidVerdict, local_token_values, validate_verdict
+from verl_bot.credit.verdict import InvalidVerdict, validate_verdict
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.rewards.manager import BoTRewardManager
 from verl_bot.step.failures import exclusion_uids, last_outputs, refuse_multi_output, session_keys
@@ -171,12 +172,17 @@ def manager(tokenizer, scorer: str) -> BoTRewardManager:
 
 
 def expected_rewards(tokenizer, response_ids: list[int], verdict: dict, index: int, last: bool) -> list[float]:
-    """Offline: G on every token plus clip(S): the trajectory's spans and value (the top level's spans too for
-    the last output)."""
-    text, spans = token_char_spans(tokenizer, response_ids)
+    """Offline, from the tokenizer's decoding alone (`reference_coverage`): G on every token plus clip(S), S_t the
+    mean over the token's characters of the values of the spans covering each (the trajectory's, and the top
+    level's too for the last output), plus the trajectory's value."""
     entry = next(t for t in verdict["trajectories"] if t["index"] == index)
-    local = local_token_values(entry["local"] + (verdict["local"] if last else []), spans, len(text)) + entry["value"]
-    return (verdict["global"]["score"] + np.clip(local, -1, 1)).tolist()
+    spans = entry["local"] + (verdict["local"] if last else [])
+    rewards = []
+    for start, end in reference_coverage(tokenizer, response_ids):
+        chars = [sum(s["value"] for s in spans if s["start"] <= c < s["end"]) for c in range(start, end)]
+        local = (sum(chars) / len(chars) if chars else 0.0) + entry["value"]
+        rewards.append(verdict["global"]["score"] + min(1.0, max(-1.0, local)))
+    return rewards
 
 
 def test_each_output_gets_its_own_rewards_even_at_equal_lengths(tokenizer):
@@ -226,14 +232,9 @@ def test_the_manager_reads_lengths_from_response_len(tokenizer):
 
 
 def test_a_trajectory_without_rewards_is_fatal():
-    score = session_reward_score([1.0, 2.0], [], {}, None)
+    score = session_reward_score([[1.0, 2.0]], [None])
     assert score == [1.0, 2.0]  # a single-output sample keeps its plain form
-    from verl_bot.credit.sessions import Trajectory
-
-    spans = np.zeros((2, 2), dtype=int)
-    session = session_reward_score([1.0, 2.0], [Trajectory("ab", spans, fingerprint([1], [2, 3])),
-                                                 Trajectory("cd", spans, fingerprint([1, 2, 3], [4, 5]))],
-                                   {"trajectories": []}, lambda local, t: (local + 9).tolist())
+    session = session_reward_score([[9.0, 9.0], [1.0, 2.0]], [fingerprint([1], [2, 3]), fingerprint([1, 2, 3], [4, 5])])
     assert dense_fields(session, 2, {}, ([1], [2, 3]))["rm_scores"].tolist() == [9.0, 9.0]
     assert dense_fields(session, 2, {}, ([1, 2, 3], [4, 5]))["rm_scores"].tolist() == [1.0, 2.0]
     lost = dense_fields(session, 2, {"reward_extra_info": {}}, ([1], [2, 9]))  # ids changed after scoring

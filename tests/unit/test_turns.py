@@ -17,19 +17,17 @@ from verl import DataProto
 from tests.conftest import compose_verl_config
 from verl_bot.cpu.toy_calc import chat
 from verl_bot.cpu.toy_math import Problem
+from verl_bot.credit.token_credit import CreditSettings, OutputLayout, TokenLayout, token_credit
 from verl_bot.credit.turns import (
     MASK_KEY,
     has_context,
     multi_turn_info,
     multi_turn_problem,
-    request_turn_count,
     rollout_mask,
     turn_count,
     turn_ids,
     turn_layout,
     turn_token_values,
-    unused_turns,
-    with_turn_values,
 )
 from verl_bot.credit.verdict import InvalidVerdict, validate_verdict
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
@@ -62,8 +60,8 @@ def test_turn_layout_gives_each_run_its_characters():
         {"turn": 0, "role": "context", "start": 0, "end": 4},
         {"turn": 1, "role": "assistant", "start": 4, "end": 4},
     ]
-    assert request_turn_count({"turns": turn_layout(MASK, SPANS)}) == 2
-    assert request_turn_count({"response": "x"}) == 1
+    assert TokenLayout((OutputLayout("x" * 10, SPANS, np.array(MASK)),)).turn_count == 2  # the verdict's range
+    assert TokenLayout((OutputLayout("x" * 10, SPANS),)).turn_count == 1
 
 
 def test_turn_values_land_on_every_generated_token_of_their_turn_eos_included():
@@ -71,15 +69,25 @@ def test_turn_values_land_on_every_generated_token_of_their_turn_eos_included():
                                MASK)
     np.testing.assert_array_equal(values, [-0.5, -0.5, -0.5, 0, 0, 0.75, 0.75])
     np.testing.assert_array_equal(turn_token_values([], MASK), np.zeros(7))
-    # spans add up with turns; a span value on a context token trains nothing and is reported
-    total, extra = with_turn_values(np.array([0.25, 0, 0, 1.0, 0, 0, 0]), [{"turn": 1, "value": 0.5}], np.array(MASK))
-    np.testing.assert_array_equal(total, [0.25, 0, 0, 1.0, 0, 0.5, 0.5])
-    assert extra == {"local_on_context": 1.0}
-    assert with_turn_values(np.zeros(7), [], np.array(MASK))[1] == {"local_on_context": 0.0}
-    total, extra = with_turn_values(np.array([0.1, 0.2]), [{"turn": 0, "value": 1.0}], None)  # single turn
-    np.testing.assert_allclose(total, [1.1, 1.2])
-    assert extra == {}
-    assert unused_turns([{"turn": 0, "value": 1.0}]) == {"turns_unused": 1.0} and unused_turns([]) == {}
+    # spans add up with turns (`token_credit`, G = 0, no clip: r = S); a span value on a context token is dropped
+    # (the context token gets no S) and reported
+    layout = TokenLayout((OutputLayout("x" * 10, SPANS, np.array(MASK)),))
+    raw = {"global": {"score": 0.0}, "turns": [{"turn": 1, "value": 0.5}],
+           "local": [{"start": 0, "end": 2, "value": 0.25}, {"start": 3, "end": 5, "value": 1.0}]}
+    credit = token_credit(validate_verdict(raw, turn_count=2), layout, CreditSettings(local_clip=0.0))
+    np.testing.assert_array_equal(credit.reward_score, [0.25, 0, 0, 0, 0, 0.5, 0.5])
+    assert credit.info["local_on_context"] == 1.0
+    quiet = token_credit(validate_verdict({"global": {"score": 0.0}}, turn_count=2), layout, CreditSettings())
+    assert quiet.info["local_on_context"] == 0.0
+    single = TokenLayout((OutputLayout("ab", np.array([[0, 1], [1, 2]])),))  # single turn: every token is turn 0's
+    raw = {"global": {"score": 0.0}, "turns": [{"turn": 0, "value": 1.0}],
+           "local": [{"start": 0, "end": 1, "value": 0.1}, {"start": 1, "end": 2, "value": 0.2}]}
+    credit = token_credit(validate_verdict(raw), single, CreditSettings(local_clip=0.0))
+    np.testing.assert_allclose(credit.reward_score, [1.1, 1.2])
+    assert "local_on_context" not in credit.info
+    per_response = CreditSettings(token_level=False)  # one reward per response: turn values dropped, and counted
+    assert token_credit(validate_verdict(raw), single, per_response).info["turns_unused"] == 1.0
+    assert "turns_unused" not in token_credit(validate_verdict({"global": {"score": 0.0}}), single, per_response).info
 
 
 def test_verdict_turns_are_validated_against_the_response():
@@ -193,6 +201,14 @@ def capture_calc(prompt, response, ground_truth=None, extra_info=None, turns=Non
     return toy_calc(prompt, response, ground_truth, extra_info, turns=turns)
 
 
+def tool_reply_span(prompt, response, ground_truth=None, extra_info=None, turns=None):
+    """toy_calc's G with no turn values and one local span, -1 exactly on the tool reply (the response's context run):
+    text the policy never generated."""
+    verdict = toy_calc(prompt, response, ground_truth, extra_info, turns=turns)
+    context = next(run for run in turns if run["role"] == "context")
+    return {**verdict, "turns": [], "local": [{"start": context["start"], "end": context["end"], "value": -1.0}]}
+
+
 def _tool_row(tokenizer, final: str, fields: dict | None, num_turns: int = 4) -> tuple[DataProto, list[int]]:
     """One ToolAgentLoop-like row (prompt, tool call, tool reply 5, final answer) and its response mask."""
     from verl_bot.cpu.pretrain import _chat_ids
@@ -257,6 +273,22 @@ def test_bot_manager_puts_each_turns_value_on_its_tokens_inside_verls_reward_loo
     data, _ = _tool_row(tokenizer, "5", {"turn_scores": [], "tool_rewards": []})
     (out,) = asyncio.run(RewardLoopWorker(config).compute_score_batch(data))
     assert out["reward_score"] == 1.0 and out["reward_extra_info"]["turns_unused"] == 1.0
+
+
+def test_a_span_on_the_tool_reply_gives_no_token_any_s_inside_verls_reward_loop(tiny_model_dir, tokenizer):
+    """Regression (issue 44): a `local` span that lands only on a tool reply wrote S into those context tokens'
+    rewards (mask 0) and counted the rollout in `reward/local_signal/mean`. Context tokens get no S."""
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    config = compose_verl_config([
+        f"actor_rollout_ref.model.path={tiny_model_dir}", "reward.reward_manager.name=bot",
+        "algorithm.adv_estimator=bot", "+reward.reward_kwargs.bot.scorers.toy_calc=python:tests.unit.test_turns:"
+        "tool_reply_span"])
+    data, mask = _tool_row(tokenizer, "5", {"turn_scores": [], "tool_rewards": []})
+    (out,) = asyncio.run(RewardLoopWorker(config).compute_score_batch(data))
+    assert 0 in mask and out["reward_extra_info"]["score"] == 1.0  # answered 5: G = 1
+    assert out["reward_score"] == [1.0] * len(mask)  # G on every token, S on none
+    assert out["reward_extra_info"]["local_signal"] == 0.0 and out["reward_extra_info"]["local_on_context"] == 1.0
 
 
 def test_response_mask_hook_carries_the_mask_for_the_call_only(tiny_model_dir):

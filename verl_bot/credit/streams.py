@@ -8,10 +8,11 @@ vector, these streams (each one float per response token):
 
     global    G (the global score, shaping included) on the last token, 0 elsewhere
     local     S_t, the scorer's local signal of each token (no weight applied)
-    step_end  1 on the last token of every step, 0 elsewhere: a step ends with a
-              blank line ("\\n\\n", or more newlines) and the last token ends the last step
+    step_end  1 on the last token of every step, 0 elsewhere: the steps of
+              `reward_servers.common.steps.split_steps` (a step ends with a blank line, "\\n\\n"
+              or more, whitespace-only lines included), and the last token ends the last step
     outcome   the verifiable outcome on the last token (1 solved, 0 not), 0 elsewhere;
-              read from the verdict's `info`: the first of `solved`, `correct` (math),
+              read from the verdict's `info` (`verdict.verdict_outcome`): the first of `solved`, `correct` (math),
               `compiled` (React) that is present; a failed scorer or an item with
               an `error` is 0; none of them present -> NaN (the estimator says so)
     format    the verdict's `global.parts["format"]` on the last token (the math server's
@@ -25,7 +26,8 @@ rollout truncated inside a tool observation): estimators read `global`, `outcome
 How they travel (only when the configured estimator declared them, so other
 runs carry nothing extra):
 
-1. the manager returns `reward_score = {"token_rewards": [...], "streams": {name: [...]}}`;
+1. the manager returns `reward_score = {"token_rewards": [...], "streams": {name: [...]}}`
+   (`verl_bot.credit.token_credit` builds both);
 2. `verl_bot.credit.dense` stores `token_rewards` as `rm_scores` and each stream as a
    TransferQueue field `bot_stream_<name>` of the trajectory;
 3. `verl_bot.hooks.v1.compute_advantage` (a wrapper of the v1 trainer's
@@ -41,23 +43,19 @@ A new stream-consuming estimator is one pure tensor function plus its row in
 from __future__ import annotations
 
 import contextlib
-import math
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from reward_servers.common.steps import split_steps
 from verl_bot.credit.context import BatchContext, current, use_context
 from verl_bot.errors import VerlBotConfigError
 
 STREAMS = ("global", "local", "step_end", "outcome", "format")
 FIELD_PREFIX = "bot_stream_"
-OUTCOME_KEYS = ("solved", "correct", "compiled")
-FORMAT_PART = "format"
 
-_STEP_SEPARATOR = re.compile(r"\n\n+")
 _consumers: dict[str, tuple[str, ...]] = {}
 
 
@@ -85,27 +83,9 @@ def streams_for(estimator: Any) -> tuple[str, ...]:
 # ---- building the streams of one response (reward manager side) ---------------------------------
 
 
-def verdict_outcome(verdict: Mapping[str, Any], failed: bool) -> float:
-    """1.0 / 0.0 for a solved / unsolved response, NaN when the verdict's `info` has no outcome key."""
-    if failed or verdict.get("error") is not None:
-        return 0.0
-    info = verdict.get("info") or {}
-    for key in OUTCOME_KEYS:
-        if key in info:
-            return float(bool(info[key]))
-    return math.nan
-
-
-def verdict_format(verdict: Mapping[str, Any], failed: bool) -> float:
-    """The verdict's format part (`global.parts["format"]`), 0.0 when absent, the scorer failed or the item errored."""
-    if failed or verdict.get("error") is not None:
-        return 0.0
-    parts = (verdict.get("global") or {}).get("parts") or {}
-    return float(parts.get(FORMAT_PART, 0.0))
-
-
 def step_end_mask(token_spans: np.ndarray, text: str) -> np.ndarray:
-    """1.0 on the token that completes each blank-line separator and on the last token.
+    """1.0 on the token that completes each step of `text` but the last (`split_steps`: its blank-line separator's
+    last character) and on the last token, which ends the last step.
 
     Args:
         token_spans: (n, 2) `[start, end)` characters of each token (`spans.token_char_spans`).
@@ -117,7 +97,7 @@ def step_end_mask(token_spans: np.ndarray, text: str) -> np.ndarray:
     mask = np.zeros(len(token_spans), dtype=np.float64)
     if len(token_spans) == 0:
         return mask
-    last_chars = np.array([m.end() - 1 for m in _STEP_SEPARATOR.finditer(text)], dtype=np.int64)
+    last_chars = np.array([step.end - 1 for step in split_steps(text)[:-1]], dtype=np.int64)
     if last_chars.size:
         owners = np.searchsorted(token_spans[:, 1], last_chars, side="right")  # first token ending after it
         mask[owners[owners < len(token_spans)]] = 1.0
@@ -139,7 +119,7 @@ def token_streams(
     Args:
         names: which of STREAMS to build.
         global_score: G. local_values: (n,) S_t. token_spans: (n, 2). text: the response text.
-        outcome: `verdict_outcome(...)`. format_score: `verdict_format(...)`.
+        outcome: `verdict.verdict_outcome(...)`. format_score: `verdict.verdict_format(...)`.
     """
     n = len(local_values)
     at_last = np.zeros(n, dtype=np.float64)

@@ -10,16 +10,14 @@ turn before it (a context run before any assistant token to turn 0).
   (`assistant`, `context`) with their `[start, end)` characters in the response text;
 - `turn_token_values`: a verdict's per-turn values on tokens: each value on every mask-1 token of its turn (its
   EOS included), 0 on context tokens;
-- `turn_count`: how many assistant turns a response has (the range of a verdict's `turns`,
-  `verdict.validate_verdict`);
+- `turn_count`: how many assistant turns a response has;
 - `rollout_mask`, `multi_turn_info`: the mask and verl's multi-turn fields out of what the reward worker gets;
-- `with_turn_values`: S^span + S^turn and the `local_on_context` metric; `unused_turns`: the metric of turn
-  values dropped with one reward per response;
 - `multi_turn_enabled`, `multi_turn_problem`: a multi-turn run, and the start-up refusal of `pure` (blank-line
   steps) in one.
 
-Pure functions (numpy, no verl): `verl_bot.rewards.manager` calls them with the response mask that the hook
-`verl_bot.hooks.response_mask` carries to the reward worker.
+Pure functions (numpy, no verl): the manager (`verl_bot.rewards.manager`) reads the response mask that the hook
+`verl_bot.hooks.response_mask` carries to the reward worker and builds the request's `turns`; the verdict's turn
+values become S with `verl_bot.credit.token_credit`.
 """
 
 from __future__ import annotations
@@ -31,8 +29,6 @@ import numpy as np
 from verl_bot.errors import VerlBotConfigError
 
 ASSISTANT, CONTEXT = "assistant", "context"
-LOCAL_ON_CONTEXT_KEY = "local_on_context"  # 1 when a span value landed on a context token (trains nothing)
-TURNS_UNUSED_KEY = "turns_unused"  # 1 when a verdict's turn values met one reward per response (token_level=false)
 MASK_KEY = "verl_bot_response_mask"  # where verl_bot.hooks.response_mask puts the mask in an output's extra_fields
 VERL_TURN_FIELDS = ("turn_scores", "tool_rewards")  # what verl's ToolAgentLoop adds to every output's extra_fields
 
@@ -159,33 +155,3 @@ def multi_turn_problem(config, estimator: str) -> str | None:
 def turn_request(mask: np.ndarray | None, token_spans: np.ndarray) -> dict:
     """The request's `{"turns": turn_layout(...)}` for a response with context tokens; {} for any other."""
     return {"turns": turn_layout(mask, token_spans)} if mask is not None and has_context(mask) else {}
-
-
-def request_turn_count(request: dict) -> int:
-    """The assistant turns of a request's response: from its `turns` layout, else 1 (a single-turn response)."""
-    return 1 + max((int(run["turn"]) for run in request.get("turns") or []), default=0)
-
-
-def with_turn_values(span_local: np.ndarray, turns: Sequence[dict], mask: np.ndarray | None) -> tuple[np.ndarray, dict]:
-    """S^span_t + S^turn_t (unclipped) and the rollout's turn metric.
-
-    Args:
-        span_local: (n,) the local spans' per-token values (`verdict.local_token_values`).
-        turns: the verdict's validated `turns`.
-        mask: (n,) response mask, or None (a single-turn response: every token is turn 0's).
-
-    Returns:
-        (n,) float64 values, and `{"local_on_context": 1.0 or 0.0}` for a response with context tokens (1: some
-        span value landed on a context token, where it trains nothing), else {}.
-    """
-    mask = np.ones(len(span_local), dtype=np.int64) if mask is None else mask
-    total = np.asarray(span_local, dtype=np.float64) + turn_token_values(turns, mask)
-    if not has_context(mask):
-        return total, {}
-    return total, {LOCAL_ON_CONTEXT_KEY: float(np.any(np.asarray(span_local)[mask == 0] != 0))}
-
-
-def unused_turns(turns: Sequence[dict]) -> dict:
-    """`{"turns_unused": 1.0}` when a verdict has turn values and the manager gives one reward per response
-    (`token_level=false`: verl's grpo and the other estimators of G, where S has no place), else {}."""
-    return {TURNS_UNUSED_KEY: 1.0} if turns else {}

@@ -1,22 +1,77 @@
-"""The verdict of a scorer for one response (docs/REWARD_API.md item) and its composition into token rewards.
+"""The verdict of a scorer for one rollout (docs/REWARD_API.md item), parsed and validated once into a `Verdict`.
 
 A verdict is the plain dict a reward server returns per item:
 
     {"global": {"score": G, "parts": {...}}, "local": [{"start", "end", "value"}, ...],
+     "turns": [{"turn", "value"}, ...], "trajectories": [{"index", "local", "value"}, ...],
      "info": {...}, "flags": [...], "error": None | "message"}
 
-Token rewards (docs/ALGORITHMS.md, Eq. 4): `r_t = w_g * G + w_s * S_t`: G on every
-response token, S_t the local signal of the characters token t produced.
+`validate_verdict` checks one and returns it as a `Verdict` (every key present, numbers finite floats, spans
+sorted); `ScorerFailure` is what the manager has instead when the scorer failed. How either becomes token rewards:
+`verl_bot.credit.token_credit`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
-import numpy as np
 
-from verl_bot.credit.spans import char_values, token_local_values
+class Span(TypedDict):
+    """A local signal: `value` on every character of `[start, end)` of a response text."""
+
+    start: int
+    end: int
+    value: float
+
+
+class TurnValue(TypedDict):
+    """`value` on every generated token of assistant turn `turn` (0-based) of a multi-turn response."""
+
+    turn: int
+    value: float
+
+
+class TrajectoryCredit(TypedDict):
+    """The spans (on its own text) and the per-token `value` of output `index` of a multi-output session."""
+
+    index: int
+    local: list[Span]
+    value: float
+
+
+class GlobalScore(TypedDict):
+    """G and its named parts."""
+
+    score: float
+    parts: dict[str, float]
+
+
+Verdict = TypedDict(  # "global" is a Python keyword: the functional form
+    "Verdict",
+    {
+        "global": GlobalScore,
+        "local": list[Span],
+        "turns": list[TurnValue],
+        "trajectories": list[TrajectoryCredit],
+        "info": dict,
+        "flags": list[str],
+        "error": Any,
+    },
+)
+
+
+@dataclass(frozen=True)
+class ScorerFailure:
+    """A scorer that failed for one rollout (raised, timed out, answered something that is not a verdict)."""
+
+    message: str
+
+
+OUTCOME_KEYS = ("solved", "correct", "compiled")
+FORMAT_PART = "format"
 
 
 class InvalidVerdict(ValueError):
@@ -33,7 +88,7 @@ def _finite(value: Any, what: str) -> float:
     return number
 
 
-def _turns(verdict: dict, turn_count: int) -> list[dict]:
+def _turns(verdict: dict, turn_count: int) -> list[TurnValue]:
     """The verdict's `turns` (`[{"turn": k, "value": v}]`, each k in 0..turn_count-1), normalised."""
     turns = verdict.get("turns") or []
     if not isinstance(turns, list):
@@ -48,7 +103,7 @@ def _turns(verdict: dict, turn_count: int) -> list[dict]:
     return out
 
 
-def _spans(local: Any, what: str = "local") -> list[dict]:
+def _spans(local: Any, what: str = "local") -> list[Span]:
     """REWARD_API local spans (`[{"start", "end", "value"}]`), normalised and sorted."""
     local = local or []
     if not isinstance(local, list):
@@ -64,7 +119,7 @@ def _spans(local: Any, what: str = "local") -> list[dict]:
     return sorted(spans, key=lambda s: (s["start"], s["end"]))
 
 
-def _trajectories(verdict: dict, trajectory_count: int) -> list[dict]:
+def _trajectories(verdict: dict, trajectory_count: int) -> list[TrajectoryCredit]:
     """The verdict's `trajectories` (`[{"index": j, "local": [...], "value": v}]`, each j in 0..count-1)."""
     entries = verdict.get("trajectories") or []
     if not isinstance(entries, list):
@@ -81,8 +136,9 @@ def _trajectories(verdict: dict, trajectory_count: int) -> list[dict]:
     return out
 
 
-def validate_verdict(verdict: Any, turn_count: int = 1, trajectory_count: int = 1) -> dict:
-    """Check a verdict's shape and numbers; returns it normalised (floats, sorted local spans, lists).
+def validate_verdict(verdict: Any, turn_count: int = 1, trajectory_count: int = 1) -> Verdict:
+    """Check a verdict's shape and numbers; returns it as a `Verdict` (floats, sorted local spans, lists);
+    `InvalidVerdict` for anything that is not one.
 
     `turn_count`: the assistant turns of the response (`verl_bot.credit.turns`; 1 for a single-turn response),
     the range of the verdict's `turns` entries. `trajectory_count`: the outputs of a multi-output agent loop's
@@ -106,29 +162,21 @@ def validate_verdict(verdict: Any, turn_count: int = 1, trajectory_count: int = 
     }
 
 
-def local_token_values(local: list[dict], token_spans: np.ndarray, text_length: int) -> np.ndarray:
-    """S_t: the local signal of every response token.
-
-    Args:
-        local: REWARD_API local spans (character offsets into the response text).
-        token_spans: (n, 2) `[start, end)` characters of each token (`spans.token_char_spans`).
-        text_length: length of the response text.
-
-    Returns:
-        (n,) float64 (a token straddling a span edge gets the mean over its characters).
-    """
-    return token_local_values(token_spans, char_values(text_length, local))
+def verdict_outcome(verdict: Mapping[str, Any]) -> float:
+    """1.0 / 0.0 for a solved / unsolved response: the first of `info.solved`, `info.correct` (math),
+    `info.compiled` (React) present; 0.0 for an item with an `error`; NaN when `info` has none of them."""
+    if verdict.get("error") is not None:
+        return 0.0
+    info = verdict.get("info") or {}
+    for key in OUTCOME_KEYS:
+        if key in info:
+            return float(bool(info[key]))
+    return math.nan
 
 
-def compose_token_rewards(global_score: float, local_values: np.ndarray, w_global: float, w_local: float) -> np.ndarray:
-    """`r_t = w_g * G + w_s * S_t` for every response token.
-
-    Args:
-        global_score: G of the response.
-        local_values: (n,) S_t (`local_token_values`).
-        w_global, w_local: the weights w_g, w_s.
-
-    Returns:
-        (n,) float64 token rewards.
-    """
-    return w_global * global_score + w_local * np.asarray(local_values, dtype=np.float64)
+def verdict_format(verdict: Mapping[str, Any]) -> float:
+    """The verdict's format part (`global.parts["format"]`), 0.0 when absent or the item has an `error`."""
+    if verdict.get("error") is not None:
+        return 0.0
+    parts = (verdict.get("global") or {}).get("parts") or {}
+    return float(parts.get(FORMAT_PART, 0.0))

@@ -8,8 +8,8 @@
   the share of rollouts carrying each flag;
 - strings other than `flags` (the scorer's error message) are not metrics.
 
-`local_signal` (the manager's, with dense rewards) thus becomes `reward/local_signal/mean`: the share of the
-step's rollouts whose tokens carry any non-zero local signal S_t.
+`local_signal` (`verl_bot.credit.token_credit`, with dense rewards) thus becomes `reward/local_signal/mean`: the share
+of the step's rollouts whose generated tokens carry any non-zero local signal S_t.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-FLAGS_KEY = "flags"
-LOCAL_SIGNAL_KEY = "local_signal"  # 1.0 when any token of the response has S_t != 0 (`verl_bot.rewards.manager`)
+from verl_bot.credit.token_credit import FLAGS_KEY
 
 
 def _info(extra: Any) -> dict:

@@ -6,7 +6,8 @@ Knobs, under `reward.reward_kwargs.bot.prm` (`prm_settings`; docs/prm.md):
                     reward.reward_model.enable=true) or http(s)://host:port of a vLLM pooling server
     model           the served model's name (default: reward.reward_model.model_path)
     tokenizer       the PRM's tokenizer, a local folder or a hub id (default: model)
-    step_separator  "\\n\\n": a response's steps end at runs of it (a blank line, as the reward streams' step_end)
+    step_separator  "\\n\\n": a response's steps end at runs of it (`reward_servers.common.steps`; the default: a
+                    blank line, whitespace-only lines included, as the reward streams' step_end)
     step_tag        "<extra_0>": the token after each step whose row the PRM scores (one token of the tokenizer)
     positive_index  1: the column of a row that is p(step is good)
     transform       centred (2q - 1) | raw (q) | log (ln q): f in value = scale * f(q)
@@ -40,11 +41,11 @@ import asyncio
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reward_servers.common.steps import BLANK_LINE, Step, split_steps
 from reward_servers.common.think import split_think
 from verl_bot.credit.turns import multi_turn_enabled
 from verl_bot.errors import VerlBotConfigError
@@ -63,7 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "url": None,
     "model": None,
     "tokenizer": None,
-    "step_separator": "\n\n",
+    "step_separator": BLANK_LINE,
     "step_tag": "<extra_0>",
     "positive_index": 1,
     "transform": "centred",
@@ -203,56 +204,11 @@ def default_max_length(path: str, tokenizer: Any) -> int | None:
 # ---- steps, input, values (pure) --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Step:
-    """One step of a response: `[start, end)` characters, separator included; `text` is what the PRM reads."""
-
-    start: int
-    end: int
-    text: str
-
-
-def separator_pattern(separator: str) -> re.Pattern:
-    """A run of the separator: for one repeated character ("\\n\\n") any longer run of it too (the reward
-    streams' blank-line rule, `\\n\\n+`), else repeats of the whole separator."""
-    if len(set(separator)) == 1:
-        return re.compile(re.escape(separator) + re.escape(separator[0]) + "*")
-    return re.compile(f"(?:{re.escape(separator)})+")
-
-
 def answer_steps(response: str, separator: str) -> list[Step]:
-    """The steps of a response's answer (`split_steps`, offsets in `response`): a reasoning model's think block is
-    not scored (as the reward servers score only what follows `</think>`: `reward_servers.common.think`), and a
-    response cut off inside its think block has no step."""
-    think = split_think(response)
-    return [Step(step.start + think.end, step.end + think.end, step.text)
-            for step in split_steps(response[think.end :], separator)]
-
-
-def split_steps(text: str, separator: str) -> list[Step]:
-    """The steps of `text`, split at runs of `separator`.
-
-    Step i spans from the end of the previous separator run to the end of its own (the last step to the end of
-    the text); a step with no visible text (leading separators) joins the next one, a trailing one the previous.
-    `Step.text` is the step's text before its separator, stripped.
-    """
-    pieces, start = [], 0
-    for match in separator_pattern(separator).finditer(text):
-        pieces.append((start, match.end(), text[start : match.start()]))
-        start = match.end()
-    pieces.append((start, len(text), text[start:]))
-    steps: list[Step] = []
-    pending = None  # the start of an empty piece waiting for the next step
-    for begin, end, content in pieces:
-        if not content.strip():
-            if pending is None:
-                pending = begin
-            continue
-        steps.append(Step(begin if pending is None else pending, end, content.strip()))
-        pending = None
-    if pending is not None and steps:
-        steps[-1] = Step(steps[-1].start, len(text), steps[-1].text)
-    return steps
+    """The steps of a response's answer (`reward_servers.common.steps.split_steps`, offsets in `response`): a
+    reasoning model's think block is not scored (as the reward servers score only what follows `</think>`:
+    `reward_servers.common.think`), and a response cut off inside its think block has no step."""
+    return split_steps(response, separator, split_think(response).end)
 
 
 def without_tag(text: str, tag: str) -> tuple[str, bool]:
