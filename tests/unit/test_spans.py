@@ -63,3 +63,15 @@ def test_token_straddling_a_span_edge_gets_the_mean_over_its_characters():
 def test_overlapping_spans_add_and_out_of_range_spans_are_clipped():
     per_char = char_values(4, [{"start": 0, "end": 2, "value": 1.0}, {"start": 1, "end": 99, "value": 0.5}])
     np.testing.assert_allclose(per_char, [1.0, 1.5, 0.5, 0.5])
+
+
+def test_a_token_that_completes_a_character_and_starts_another_covers_what_it_completed(tokenizer):
+    """A byte-level token may hold whole characters and the first byte of the next one ("a" + a lead byte): it covers
+    the characters it completed, the tokens after it the rest (the fast path gave both tokens the two's text)."""
+    mixed = next(i for i in range(len(tokenizer))
+                 if len(piece := tokenizer.decode([i])) > 1 and piece.endswith("\ufffd") and "\ufffd" not in piece[:-1])
+    head = tokenizer.decode([mixed])[:-1]
+    ids = [mixed, *tokenizer(" }", add_special_tokens=False)["input_ids"]]
+    decoded, spans = token_char_spans(tokenizer, ids)
+    assert decoded == head + "\ufffd }"  # the lone lead byte decodes to U+FFFD
+    assert spans[0].tolist() == [0, len(head)] and spans[1, 0] == len(head) and spans[-1, 1] == len(decoded)

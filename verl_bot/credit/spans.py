@@ -12,8 +12,9 @@ BPE as in Qwen/SmolLM/Phi, SentencePiece):
   special are kept: the reward servers find a reasoning model's think block by
   them (`reward_servers.common.think`);
 - token i covers the characters that decoding `ids[: i + 1]` added to decoding
-  `ids[: i]` (computed incrementally over a short window, O(n); checked against
-  the full decode, with an exact O(n^2) fallback);
+  `ids[: i]`, a decode that ends in an unfinished character counting up to it
+  (computed incrementally over a short window, O(n); checked against the full
+  decode, with an exact O(n^2) fallback);
 - a token that completes no character (the first bytes of a multi-byte
   character) is given the characters of the token that completes it;
 - special tokens (EOS, ...) cover no character.
@@ -47,7 +48,12 @@ def _incremental_ends(decode: Callable[[Sequence[int]], str], ids: Sequence[int]
         prefix_text = decode(ids[prefix_start:read_start])
         new_text = decode(ids[prefix_start : i + 1])
         if new_text.endswith(REPLACEMENT_CHAR) and i + 1 < len(ids):
-            ends.append(text_len)  # an incomplete character so far: wait for the next tokens
+            # an incomplete character so far: the token covers the characters it completed before it (as
+            # `_exact_ends`); the state waits for the next tokens
+            complete = new_text.rstrip(REPLACEMENT_CHAR)
+            if not complete.startswith(prefix_text):
+                return []
+            ends.append(text_len + len(complete) - len(prefix_text))
             continue
         if new_text.startswith(prefix_text):
             text_len += len(new_text) - len(prefix_text)
