@@ -17,11 +17,12 @@ import shutil
 import signal
 from pathlib import Path
 
+from .node_deps import NODE_DIR_ENV, node_dir
+
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 WORKER_JS = HERE / "node" / "worker.mjs"
-NODE_MODULES = HERE / "node_modules"
 STREAM_LIMIT = 256 * 1024 * 1024  # a line may carry a base64 screenshot
 
 
@@ -33,9 +34,10 @@ def node_ready() -> tuple[bool, str]:
     """Whether node and the npm dependencies are installed (for /health, tests and helpful errors)."""
     if shutil.which(os.environ.get("REACT_REWARD_NODE", "node")) is None:
         return False, "node not found on PATH"
+    modules = node_dir() / "node_modules"
     for pkg in ("esbuild", "eslint", "react", "playwright-core", "tailwindcss"):
-        if not (NODE_MODULES / pkg).is_dir():
-            return False, f"missing node_modules/{pkg}: run reward_servers/react/setup.sh"
+        if not (modules / pkg).is_dir():
+            return False, f"missing {modules / pkg}: run python -m reward_servers.react.node_deps"
     return True, "ok"
 
 
@@ -71,7 +73,7 @@ class NodeWorker:
                 return
             if self.alive:  # started but its warm-up failed: start afresh
                 await self.kill()
-            env = {**os.environ, **self.env}
+            env = {**os.environ, NODE_DIR_ENV: str(node_dir()), **self.env}
             self.proc = await asyncio.create_subprocess_exec(
                 self.node, str(WORKER_JS),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,

@@ -21,7 +21,9 @@ import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const ROOT = path.resolve(HERE, '..');
+// The folder with package.json and node_modules: the server passes it (reward_servers/react/node_deps.py: an
+// installed package keeps it outside site-packages); run by hand in a clone, the package folder.
+const ROOT = path.resolve(process.env.REACT_REWARD_NODE_DIR || path.join(HERE, '..'));
 const require = createRequire(path.join(ROOT, 'package.json'));
 
 // ---------------------------------------------------------------- allow-list
