@@ -22,7 +22,6 @@ from verl_bot.credit.turns import (
     MASK_KEY,
     has_context,
     multi_turn_info,
-    multi_turn_problem,
     rollout_mask,
     turn_count,
     turn_ids,
@@ -122,12 +121,18 @@ def test_rollout_mask_and_verls_multi_turn_extra_info():
 
 def test_only_the_estimators_of_blank_line_steps_are_refused_with_multi_turn():
     config = {"actor_rollout_ref": {"rollout": {"multi_turn": {"enable": True}}}}
-    assert multi_turn_problem(config, "pure") == (
+    from verl_bot.advantage import ESTIMATORS
+
+    def problem(name, cfg=config):
+        check = ESTIMATORS[name].check
+        return check(cfg, []) if check is not None else None
+
+    assert problem("pure") == (
         "adv_estimator=pure: blank-line steps also occur in tool responses; not supported with multi_turn.enable=true"
     )
-    assert multi_turn_problem(config, "pass") is None  # pass reads `local` per token, no blank-line steps
-    assert multi_turn_problem(config, "bot") is None
-    assert multi_turn_problem({"actor_rollout_ref": {"rollout": {"multi_turn": {"enable": False}}}}, "pure") is None
+    assert problem("pass") is None  # pass reads `local` per token, no blank-line steps
+    assert problem("bot") is None
+    assert problem("pure", {"actor_rollout_ref": {"rollout": {"multi_turn": {"enable": False}}}}) is None
 
 
 def test_preflight_refuses_pure_with_multi_turn_before_ray(tiny_model_dir):
@@ -346,4 +351,6 @@ def test_cpu_train_runs_toy_calc_through_verls_tool_agent_loop(tmp_path):
     assert rollout.multi_turn.function_tool_path.endswith("verl_bot/cpu/calc_tool.py")
     assert (cfg.data.max_response_length, cfg.reward.reward_manager.name) == (96, "bot")
     pure = compose_verl_config(cpu_train_args(tmp_path, "pure", "toy_calc").stdout.splitlines())
-    assert multi_turn_problem(pure, "pure").startswith("adv_estimator=pure: blank-line steps")  # refused at start-up
+    from verl_bot.advantage.pure import startup_problem
+
+    assert startup_problem(pure, []).startswith("adv_estimator=pure: blank-line steps")  # refused at start-up

@@ -41,7 +41,9 @@ class EstimatorSpec:
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
     "bot": EstimatorSpec(compute_bot_advantage, settings=BotSettings, scalar_knob="broadcast_scalar"),
-    "pure": EstimatorSpec(pure.compute_pure_advantage, streams=pure.STREAMS, settings=pure.PureSettings),
+    "pure": EstimatorSpec(
+        pure.compute_pure_advantage, streams=pure.STREAMS, settings=pure.PureSettings, check=pure.startup_problem
+    ),
     "pass": EstimatorSpec(pass_.compute_pass_advantage, streams=pass_.STREAMS, settings=pass_.PassSettings),
     # GRPO-VPS: GRPO on the scalar score plus belief progress from the `vps_single_turn` agent loop's probes
     "vps": EstimatorSpec(

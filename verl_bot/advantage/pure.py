@@ -34,6 +34,7 @@ from verl.utils.groupwise import as_torch_index
 
 from verl_bot.advantage.groups import group_sum, last_token_index, raise_for_rows
 from verl_bot.credit.streams import active_streams, response_value
+from verl_bot.credit.turns import multi_turn_enabled
 from verl_bot.knobs import MethodSettings, knob
 
 DEFAULT_TEMPERATURE = 0.1
@@ -175,4 +176,15 @@ def compute_pure_advantage(
         temperature=settings.temperature,
         outcome_coef=settings.outcome_coef,
         step_scale=settings.step_scale,
+    )
+
+
+def startup_problem(config: Any, train_files: list[str]) -> str | None:
+    """Why `adv_estimator=pure` cannot run with verl's composed `config` (one line), or None: a multi-turn run
+    (`multi_turn.enable=true`), whose tool replies hold blank lines that would end PURE's steps too. `train_files`
+    is not needed."""
+    if not multi_turn_enabled(config):
+        return None
+    return (
+        "adv_estimator=pure: blank-line steps also occur in tool responses; not supported with multi_turn.enable=true"
     )

@@ -12,7 +12,7 @@ turn before it (a context run before any assistant token to turn 0).
   EOS included), 0 on context tokens;
 - `turn_count`: how many assistant turns a response has;
 - `rollout_mask`, `multi_turn_info`: the mask and verl's multi-turn fields out of what the reward worker gets;
-- `multi_turn_enabled`, `multi_turn_problem`: a multi-turn run, and the start-up refusal of `pure` (blank-line
+- `multi_turn_enabled`: a multi-turn run (the start-up refusal of `pure`, whose blank-line
   steps) in one.
 
 Pure functions (numpy, no verl): the manager (`verl_bot.rewards.manager`) reads the response mask that the hook
@@ -138,18 +138,6 @@ def multi_turn_enabled(config) -> bool:
     """True for a multi-turn run (`actor_rollout_ref.rollout.multi_turn.enable=true`: responses hold tool replies)."""
     rollout = (config.get("actor_rollout_ref") or {}).get("rollout") or {}
     return bool((rollout.get("multi_turn") or {}).get("enable", False))
-
-
-def multi_turn_problem(config, estimator: str) -> str | None:
-    """The start-up refusal of an estimator that reads blank-line steps (`step_end`: pure) in a multi-turn run
-    (`multi_turn_enabled`): tool replies hold blank lines too; else None."""
-    from verl_bot.advantage import estimator_spec
-
-    spec = estimator_spec(estimator)
-    if not multi_turn_enabled(config) or spec is None or "step_end" not in spec.streams:
-        return None
-    return (f"adv_estimator={estimator}: blank-line steps also occur in tool responses; not supported with "
-            "multi_turn.enable=true")
 
 
 def turn_request(mask: np.ndarray | None, token_spans: np.ndarray) -> dict:

@@ -70,7 +70,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl_bot.advantage import EstimatorSpec, estimator_spec
-from verl_bot.credit.turns import multi_turn_problem
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.launch.families import longrope_problem, read_hf_config
 from verl_bot.launch.trainer_modes import trainer_mode_problem
@@ -248,7 +247,7 @@ def check_config(config: Any) -> None:
     problem = chat_template_problem(config.actor_rollout_ref.get("model") or {}) or rope_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
-    problem = trainer_mode_problem(config) or multi_turn_problem(config, estimator)
+    problem = trainer_mode_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
     settings = manager_settings(config) if bot_manager else None
