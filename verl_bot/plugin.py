@@ -77,17 +77,13 @@ def refuse_verl_bot_runs(failure: str) -> None:
 
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
-        from verl_bot import __version__
         from verl_bot.errors import VerlBotConfigError
-        from verl_bot.hooks.compat import SUPPORTED_VERL
+        from verl_bot.hooks.compat import unsupported
         from verl_bot.launch.activation import why
 
         reason = why(config)
         if reason is not None:
-            raise VerlBotConfigError(
-                f"verl-bot {__version__} cannot run with the installed verl {verl.__version__} (supported: verl=="
-                f"{SUPPORTED_VERL}); the run names verl-bot ({reason}); {failure}"
-            )
+            raise VerlBotConfigError(unsupported(verl.__version__, f"the run names verl-bot ({reason}); {failure}"))
         return original(config, *args, **kwargs)
 
     setattr(validate_config, REFUSER_ATTR, True)

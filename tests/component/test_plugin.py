@@ -133,6 +133,6 @@ def test_on_a_verl_it_does_not_support_a_run_naming_verl_bot_stops_before_ray_in
     lines = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines())
     assert not lines.get("grpo", "").startswith("VerlBotConfigError"), lines  # verl's own checks, nothing more
     assert lines["bot"].startswith(
-        "VerlBotConfigError verl-bot 0.1.0 cannot run with the installed verl 9.9.9 (supported: verl==0.9.1); "
+        "VerlBotConfigError verl-bot 0.1.0 cannot run with the installed verl 9.9.9 (supported: verl==0.9.1): "
         "the run names verl-bot (algorithm.adv_estimator=bot); registering verl-bot in verl: VerlApiMismatch"
     ), lines

@@ -72,7 +72,7 @@ import os
 import warnings
 from pathlib import Path
 
-from verl_bot.hooks.compat import SUPPORTED_VERL
+from verl_bot.hooks.compat import ALLOW_MISMATCH_ENV, SUPPORTED_VERL, supports
 from verl_bot.hooks.transaction import LEDGER
 
 logger = logging.getLogger("verl_bot")
@@ -149,10 +149,10 @@ def quiet_known_noise() -> list[str]:
 def _check_version() -> None:
     import verl
 
-    if verl.__version__ != SUPPORTED_VERL:
+    if not supports(verl.__version__) and os.getenv(ALLOW_MISMATCH_ENV) != "1":
         raise RuntimeError(
-            f"verl-bot's CPU backend patches verl internals written for verl=={SUPPORTED_VERL}; "
-            f"found verl=={verl.__version__}. Unset {SELECT_ENV}={PLATFORM_NAME} or install verl=={SUPPORTED_VERL}."
+            f"verl-bot's CPU backend patches verl internals written for verl{SUPPORTED_VERL}; "
+            f"found verl=={verl.__version__}. Unset {SELECT_ENV}={PLATFORM_NAME} or install verl{SUPPORTED_VERL}."
         )
 
 

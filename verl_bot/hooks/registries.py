@@ -18,6 +18,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.hooks.compat import dry, note
 from verl_bot.hooks.transaction import LEDGER
 
 MANAGER = "bot"
@@ -32,6 +33,9 @@ def _describe(entry: Any) -> str:
 def _enter(kind: str, name: str, ours: Any, registry: MutableMapping, register: Callable[[], Any]) -> str:
     """`register()` (verl's decorator applied to ours) unless `registry` holds another entry under `name`: then
     one line naming both and the two ways out."""
+    if dry():  # the dry check (`verl_bot.hooks.touch_points`): verl's registry and its decorator are there
+        note(f"{kind}:{name}", "found")
+        return f"{kind}:{name}"
     present = registry.get(name)
     if present is not None and present != ours:
         raise VerlBotConfigError(

@@ -9,9 +9,14 @@ as it is, and nothing below happens):
 
 1. the driver's last words (`verl_bot.hooks.driver`): from here on an uncaught
    error ends with its root cause as the driver's last line;
-2. `verl_bot.launch.preflight.check_config` refuses what cannot work with one clear
+2. every touch point of the run's trainer path (`trainer.use_v1`) is checked in
+   the driver (`verl_bot.hooks.touch_points.require`: the verl modules the run's
+   processes will import are imported here, so their hooks install and check
+   their targets before Ray starts); one changed or missing stops the run in one
+   line naming the installed verl and the supported versions;
+3. `verl_bot.launch.preflight.check_config` refuses what cannot work with one clear
    line (`VerlBotConfigError`);
-3. one INFO line says that verl-bot is in use, and why.
+4. one INFO line says that verl-bot is in use, and why.
 
 The wrapped module is imported by every `import verl`: this module imports
 nothing else of verl-bot until a run uses it.
@@ -28,13 +33,15 @@ logger = logging.getLogger("verl_bot")
 
 
 def start_run(config) -> None:
-    """Steps 1-3 of the module docstring, for a config that uses verl-bot."""
+    """Steps 1-4 of the module docstring, for a config that uses verl-bot."""
     from verl_bot import __version__
     from verl_bot.hooks import driver
+    from verl_bot.hooks.touch_points import require
     from verl_bot.launch.activation import reason
     from verl_bot.launch.preflight import check_config
 
     driver.install()
+    require(config)
     check_config(config)
     logger.info("verl-bot %s is in use in this run (%s); VERL_USE_EXTERNAL_PLUGINS=none turns it off",
                 __version__, reason(config))

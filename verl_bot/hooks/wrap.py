@@ -1,4 +1,6 @@
-"""One way to wrap a verl method or module function: looked up and signature-checked, recorded, idempotent."""
+"""One way to wrap a verl method or module function: looked up and signature-checked, recorded, idempotent.
+
+Inside `compat.collecting()` (the dry check) a wrap only looks up and checks, and records what it found."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from verl_bot.hooks.compat import VerlApiMismatch, check_signature
+from verl_bot.hooks.compat import VerlApiMismatch, check_signature, dry, note
 from verl_bot.hooks.transaction import LEDGER
 
 PATCHED_ATTR = "__verl_bot_hook__"
@@ -18,13 +20,17 @@ def label_of(owner: Any, name: str) -> str:
 
 
 def original_of(owner: Any, name: str) -> Any:
-    """`owner.name`, or `VerlApiMismatch` naming it when verl has no such method or function."""
+    """`owner.name`, or `VerlApiMismatch` naming it when verl has no such method or function (inside
+    `compat.collecting()`: None, and the finding "missing")."""
     try:
         return getattr(owner, name)
     except AttributeError:
         import verl
 
         where = owner.__name__ if isinstance(owner, types.ModuleType) else f"{owner.__module__}.{owner.__qualname__}"
+        if dry():
+            note(label_of(owner, name), "missing", f"verl {verl.__version__} has no {where}.{name}")
+            return None
         raise VerlApiMismatch(f"verl-bot: verl {verl.__version__} has no {where}.{name}") from None
 
 
@@ -37,6 +43,8 @@ def wrap(owner: Any, name: str, params: list[str], make_wrapper: Callable[[Calla
     label = label_of(owner, name)
     original = original_of(owner, name)
     check_signature(original, params, label)
+    if dry():
+        return label
     if not getattr(original, PATCHED_ATTR, False):
         wrapper = make_wrapper(original)
         setattr(wrapper, PATCHED_ATTR, True)

@@ -52,8 +52,8 @@ def _make_as_dict(original):
 def install() -> list[str]:
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-    from verl_bot.hooks.compat import VerlApiMismatch
+    from verl_bot.hooks.compat import note
 
-    if "reward_score" not in AgentLoopOutput.model_fields:
-        raise VerlApiMismatch("verl-bot: AgentLoopOutput has no 'reward_score' field")
+    found = "reward_score" in AgentLoopOutput.model_fields
+    note("AgentLoopOutput.reward_score", "found" if found else "missing", "AgentLoopOutput has no 'reward_score' field")
     return [wrap(AgentLoopOutput, "as_dict", ["self"], _make_as_dict)]

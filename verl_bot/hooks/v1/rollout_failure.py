@@ -89,10 +89,10 @@ def install() -> list[str]:
 
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
-    from verl_bot.hooks.compat import VerlApiMismatch
+    from verl_bot.hooks.compat import VerlApiMismatch, dry
 
     v1 = sys.modules.get(V1_AGENT_LOOP)  # half imported (it imports verl's agent loop first) is in time
-    if hasattr(v1, V1_WORKER) and not getattr(AgentLoopWorker._run_agent_loop, PATCHED_ATTR, False):
+    if hasattr(v1, V1_WORKER) and not getattr(AgentLoopWorker._run_agent_loop, PATCHED_ATTR, False) and not dry():
         raise VerlApiMismatch(
             f"verl-bot: {V1_AGENT_LOOP} was imported before verl-bot's hooks; its Ray actor class keeps verl's own "
             "AgentLoopWorker._run_agent_loop (import verl before it, as verl's trainer does)"

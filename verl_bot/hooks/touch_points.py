@@ -1,0 +1,143 @@
+"""Every touch point of verl-bot with the installed verl, checked without changing verl.
+
+    python -m verl_bot.hooks.touch_points [--path v1|legacy] [--json]
+
+For each trainer path (`v1`: `trainer.use_v1=true`, `legacy`: false) it imports the verl modules of the path's
+steps in `verl_bot.hooks.PLAN` and runs each step dry (`verl_bot.hooks.compat.collecting`): every method or
+function a step wraps is looked up and its signature checked, every registry entry's registry found, and nothing
+is installed. One line per touch point says found, changed (its parameters are not the ones verl-bot wraps) or
+missing (verl has no such module, class, method or field); "not checked" is a module that exists but does not
+import in this environment (vLLM's rollout without vLLM, say). The exit status is 1 when anything is changed
+or missing: after a verl upgrade, this one command says what breaks.
+
+A verl-bot run's driver checks its own trainer path the same way before Ray starts (`require`, called by
+`verl_bot.hooks.validate_config`): a touch point changed or missing stops it with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable
+
+from verl_bot.errors import VerlBotConfigError
+from verl_bot.hooks import TRAINER_PATHS, VLLM_ROLLOUT, run_step, steps_for
+from verl_bot.hooks.compat import SUPPORTED_VERL, Finding, collecting, unsupported
+from verl_bot.hooks.transaction import LEDGER
+
+PROBLEMS = ("changed", "missing")
+USE_V1 = {"v1": "trainer.use_v1=true", "legacy": "trainer.use_v1=false"}
+COMMAND = "python -m verl_bot.hooks.touch_points"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+def import_finding(module: str) -> Finding | None:
+    """Import the verl module `module`; None when it imports, else why not (missing: verl has no such module)."""
+    import verl
+
+    try:
+        importlib.import_module(module)
+        return None
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("verl") and (module + ".").startswith(exc.name + "."):
+            return Finding(module, "missing", f"verl {verl.__version__} has no module {exc.name}")
+        return Finding(module, "not checked", f"{module} does not import here: {type(exc).__name__}: "
+                                              f"{_first_line(exc)}")
+    except Exception as exc:  # noqa: BLE001 - a module that fails to import for its own reasons is not verl-bot's
+        return Finding(module, "not checked", f"{module} does not import here: {type(exc).__name__}: "
+                                              f"{_first_line(exc)}")
+
+
+def check_step(step: str) -> list[Finding]:
+    """The findings of one step of `PLAN` run dry (its module imported); an error the step's own lookups do not
+    name (an attribute gone, a type changed) is a finding "changed" of the step."""
+    with collecting() as findings:
+        try:
+            run_step(step)
+        except AttributeError as exc:
+            findings.append(Finding(step, "missing", f"{step}: {_first_line(exc)}"))
+        except Exception as exc:  # noqa: BLE001 - whatever breaks is what a verl upgrade changed
+            findings.append(Finding(step, "changed", f"{step}: {type(exc).__name__}: {_first_line(exc)}"))
+    return findings
+
+
+def check(path: str, wanted: Callable[[str], bool] = lambda module: True) -> list[Finding]:
+    """The findings of every step of trainer path `path` whose verl module is `wanted`, one per touch point, in
+    `PLAN`'s order."""
+    findings: dict[str, Finding] = {}
+    for module, step in steps_for(path):
+        if not wanted(module):
+            continue
+        problem = import_finding(module)
+        for finding in [problem] if problem is not None else check_step(step):
+            findings.setdefault(finding.label, finding)
+    return list(findings.values())
+
+
+def path_of(config) -> str:
+    """The trainer path a run's config selects: "v1" (`trainer.use_v1`, verl 0.9's default) or "legacy"."""
+    return "v1" if config.trainer.get("use_v1", True) else "legacy"
+
+
+def run_modules(config) -> Callable[[str], bool]:
+    """The verl modules of `PLAN` a run imports somewhere: vLLM's rollout only when the run's rollout is vLLM."""
+    rollout = str(config.actor_rollout_ref.rollout.get("name", ""))
+    return lambda module: rollout == "vllm" or not module.startswith(VLLM_ROLLOUT)
+
+
+def require(config) -> None:
+    """Stop a verl-bot run before Ray (`VerlBotConfigError`, one line) when a touch point of its trainer path is
+    changed or missing in the installed verl, or verl-bot went off in this process (`LEDGER.failure`)."""
+    import verl
+
+    path = path_of(config)
+    problems = [f for f in check(path, run_modules(config)) if f.status in PROBLEMS]
+    if problems:
+        listed = "; ".join(f"{f.label} {f.status} ({f.detail})" for f in problems)
+        raise VerlBotConfigError(unsupported(verl.__version__, f"on the {path} trainer path ({USE_V1[path]}) "
+                                                               f"{listed}; `{COMMAND}` lists every touch point"))
+    if LEDGER.failure is not None:
+        raise VerlBotConfigError(f"verl-bot is off in this process: {LEDGER.failure}")
+
+
+def report(paths: tuple[str, ...]) -> dict[str, list[Finding]]:
+    """{path: its findings} for each trainer path in `paths`."""
+    return {path: check(path) for path in paths}
+
+
+def render(verl_version: str, found: dict[str, list[Finding]]) -> str:
+    """The report as text: a header per trainer path with its counts, then one line per touch point."""
+    lines = [f"verl {verl_version}; verl-bot supports verl{SUPPORTED_VERL}"]
+    for path, findings in found.items():
+        counts = {status: sum(f.status == status for f in findings)
+                  for status in ("found", *PROBLEMS, "not checked")}
+        lines.append(f"\n{path} trainer path ({USE_V1[path]}): " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        width = max((len(f.label) for f in findings), default=0)
+        lines += [f"  {f.status:<11} {f.label:<{width}}  {'' if f.status == 'found' else f.detail}".rstrip()
+                  for f in findings]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", choices=TRAINER_PATHS, action="append", help="a trainer path (default: both)")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    args = parser.parse_args(argv)
+    import verl
+
+    found = report(tuple(args.path or TRAINER_PATHS))
+    if args.json:
+        print(json.dumps({"verl": verl.__version__, "supported": SUPPORTED_VERL,
+                          "paths": {p: [vars(f) for f in fs] for p, fs in found.items()}}, indent=1))
+    else:
+        print(render(verl.__version__, found))
+    return int(any(f.status in PROBLEMS for fs in found.values() for f in fs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
