@@ -135,6 +135,21 @@ def test_what_the_legacy_trainer_cannot_run_is_refused_before_ray(overrides, mes
     assert trainer_mode_problem(compose_verl_config(["algorithm.adv_estimator=grail"])) is None  # v1: runs
 
 
+def test_verl_090s_legacy_trainer_on_the_cpu_is_refused_before_ray_without_flash_attn(monkeypatch):
+    """verl 0.9.0's legacy trainer unpads with flash-attn (its `attention_utils` has no torch fallback): found by
+    training on it here, where the run stopped after its first rollout; v1 and verl 0.9.1 run."""
+    import verl
+
+    from verl_bot.launch.trainer_modes import trainer_mode_problem
+
+    legacy_cpu = compose_verl_config(["trainer.use_v1=false", "trainer.device=cpu"])
+    assert trainer_mode_problem(legacy_cpu) is None  # verl 0.9.1
+    monkeypatch.setattr(verl, "__version__", "0.9.0")
+    assert "trainer.use_v1=false on the CPU with verl 0.9.0" in trainer_mode_problem(legacy_cpu)
+    assert trainer_mode_problem(compose_verl_config(["trainer.device=cpu"])) is None  # v1
+    assert trainer_mode_problem(compose_verl_config(["trainer.use_v1=false"])) is None  # a GPU node
+
+
 def test_outside_a_legacy_verl_bot_fit_the_functions_are_verls():
     data = legacy_batch([[1.0, 1.0], [0.0, 0.0]], ["a", "a"], [False, True])
     out = ray_trainer.compute_advantage(data, "grpo", config=compose_verl_config(BOT).algorithm)

@@ -70,7 +70,7 @@ def test_version_mismatch_fails_loudly(monkeypatch):
     import verl
 
     monkeypatch.setattr(verl, "__version__", "0.10.0")
-    with pytest.raises(plugin.VerlApiMismatch, match="supports verl==0.9.1, found verl==0.10.0"):
+    with pytest.raises(plugin.VerlApiMismatch, match="supports verl>=0.9.0,<=0.9.1, found verl==0.10.0"):
         plugin.check_verl_version()
     monkeypatch.setenv("VERL_BOT_ALLOW_VERL_MISMATCH", "1")
     plugin.check_verl_version()  # a warning only
@@ -133,6 +133,6 @@ def test_on_a_verl_it_does_not_support_a_run_naming_verl_bot_stops_before_ray_in
     lines = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines())
     assert not lines.get("grpo", "").startswith("VerlBotConfigError"), lines  # verl's own checks, nothing more
     assert lines["bot"].startswith(
-        "VerlBotConfigError verl-bot 0.1.0 cannot run with the installed verl 9.9.9 (supported: verl==0.9.1): "
+        "VerlBotConfigError verl-bot 0.1.0 cannot run with the installed verl 9.9.9 (supported: verl>=0.9.0,<=0.9.1): "
         "the run names verl-bot (algorithm.adv_estimator=bot); registering verl-bot in verl: VerlApiMismatch"
     ), lines

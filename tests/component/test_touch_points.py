@@ -123,7 +123,7 @@ def test_a_verl_bot_run_on_a_verl_whose_touch_point_moved_stops_in_its_driver_be
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (
         "verl-bot: run stopped: VerlBotConfigError: verl-bot 0.1.0 cannot run with the installed verl 0.9.1 "
-        f"(supported: verl==0.9.1): on "
+        f"(supported: verl>=0.9.0,<=0.9.1): on "
         f"the {path} trainer path (trainer.use_v1={use_v1}) {moved[0]} {moved[1]} ({moved[2]}); "
         "`python -m verl_bot.hooks.touch_points` lists every touch point"
     ), proc.stderr[-3000:]

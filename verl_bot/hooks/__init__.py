@@ -61,6 +61,8 @@ verl-bot run's driver only.
 
 `install()` schedules each step of `PLAN` for the moment verl imports its
 module (`on_import`): a process changes only the verl modules it imports.
+`touch_points` runs the steps of one trainer path dry (looked up and checked, nothing installed): in a verl-bot
+run's driver before Ray, and as `python -m verl_bot.hooks.touch_points` (found / changed / missing).
 Every step goes through the process's ledger (`transaction`): if one fails, every
 change is undone and one ERROR line says why. Estimators, policy losses and
 the streams never import this folder.
@@ -114,20 +116,25 @@ PLAN: tuple[tuple[str, str], ...] = (
 
 
 TRAINER_PATHS = ("v1", "legacy")  # verl's trainers: `trainer.use_v1=true` (PPOTrainer) or false (RayPPOTrainer)
+TRAINER_MODULES = {TRAINER_BASE: "v1", "verl.trainer.ppo.ray_trainer": "legacy"}  # imported by that trainer only
 
 
-def trainer_path(step: str) -> str:
-    """The trainer path a step of `PLAN` belongs to: its subfolder ("v1", "legacy"), else the suffix of its
-    function (`install_v1`, `install_legacy`: a module of this folder that serves both trainers), else "both"."""
+def trainer_path(verl_module: str, step: str) -> str:
+    """The trainer path an entry of `PLAN` belongs to: its step's subfolder ("v1", "legacy"), else the suffix of
+    its function (`install_v1`, `install_legacy`: a module of this folder that serves both trainers), else the
+    trainer whose module runs it (`TRAINER_MODULES`), else "both"."""
     module, function = step.split(":")
     folder = module.split(".")[0] if "." in module else ""
     suffix = function.rsplit("_", 1)[-1]
-    return folder if folder in TRAINER_PATHS else suffix if suffix in TRAINER_PATHS else "both"
+    for path in (folder, suffix, TRAINER_MODULES.get(verl_module)):
+        if path in TRAINER_PATHS:
+            return path
+    return "both"
 
 
 def steps_for(path: str) -> list[tuple[str, str]]:
     """The (verl module, step) entries of `PLAN` that a run on trainer path `path` ("v1" or "legacy") needs."""
-    return [(module, step) for module, step in PLAN if trainer_path(step) in (path, "both")]
+    return [(module, step) for module, step in PLAN if trainer_path(module, step) in (path, "both")]
 
 
 def run_step(step: str) -> list[str]:

@@ -27,7 +27,7 @@ logger = logging.getLogger("verl_bot")
 
 # the verl releases whose touch points `verl_bot.hooks.touch_points` finds and whose trainer verl-bot's tests ran;
 # pyproject.toml's dependency on verl says the same
-SUPPORTED_VERSIONS = ("0.9.1",)
+SUPPORTED_VERSIONS = ("0.9.0", "0.9.1")
 SUPPORTED_VERL = (f"=={SUPPORTED_VERSIONS[0]}" if len(SUPPORTED_VERSIONS) == 1
                   else f">={SUPPORTED_VERSIONS[0]},<={SUPPORTED_VERSIONS[-1]}")  # as a version specifier (PEP 440)
 ALLOW_MISMATCH_ENV = "VERL_BOT_ALLOW_VERL_MISMATCH"

@@ -44,8 +44,9 @@ def import_finding(module: str) -> Finding | None:
         importlib.import_module(module)
         return None
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("verl") and (module + ".").startswith(exc.name + "."):
-            return Finding(module, "missing", f"verl {verl.__version__} has no module {exc.name}")
+        if exc.name and (exc.name == "verl" or exc.name.startswith("verl.")):  # this module, or one of verl's it needs
+            by = "" if (module + ".").startswith(exc.name + ".") else f" (imported by {module})"
+            return Finding(module, "missing", f"verl {verl.__version__} has no module {exc.name}{by}")
         return Finding(module, "not checked", f"{module} does not import here: {type(exc).__name__}: "
                                               f"{_first_line(exc)}")
     except Exception as exc:  # noqa: BLE001 - a module that fails to import for its own reasons is not verl-bot's

@@ -22,6 +22,7 @@ else its first weight update would stop the run after every model had loaded (`l
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 
@@ -73,7 +74,7 @@ def lora_problem(config: Any) -> str | None:
     )
 
 
-def legacy_problem(config: Any) -> str | None:
+def legacy_problem(config: Any, on_cpu: bool = False) -> str | None:
     """What verl-bot cannot run on verl's legacy trainer (`trainer.use_v1=false`), or None."""
     if config.trainer.get("use_v1", True):
         return None
@@ -83,10 +84,19 @@ def legacy_problem(config: Any) -> str | None:
             "adv_estimator=grail needs verl's v1 trainer (trainer.use_v1=true): its token weights reach the actor "
             "as per-response fields of the v1 update, which verl's legacy trainer does not carry"
         )
+    import verl
+
+    if on_cpu and verl.__version__ == "0.9.0" and importlib.util.find_spec("flash_attn") is None:
+        return (
+            "trainer.use_v1=false on the CPU with verl 0.9.0: its legacy trainer unpads the batch with flash-attn "
+            "(verl.utils.attention_utils), which has no CPU build (verl 0.9.1 falls back to torch); use verl 0.9.1 "
+            "or the v1 trainer"
+        )
     return None
 
 
 def trainer_mode_problem(config: Any) -> str | None:
     """The first trainer mode or feature of `config` that cannot run (see the module docstring), or None."""
     on_cpu = str(config.trainer.get("device", "cuda")) == "cpu"  # the CPU platform's runs (verl_bot/cpu/overrides.txt)
-    return separate_async_problem(config, on_cpu=on_cpu) or lora_problem(config) or legacy_problem(config)
+    return (separate_async_problem(config, on_cpu=on_cpu) or lora_problem(config)
+            or legacy_problem(config, on_cpu=on_cpu))
