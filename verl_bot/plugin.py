@@ -78,12 +78,13 @@ def refuse_verl_bot_runs(failure: str) -> None:
     @functools.wraps(original)
     def validate_config(config, *args, **kwargs):
         from verl_bot.errors import VerlBotConfigError
-        from verl_bot.hooks.compat import unsupported
+        from verl_bot.hooks.compat import unsupported_message
         from verl_bot.launch.activation import why
 
         reason = why(config)
         if reason is not None:
-            raise VerlBotConfigError(unsupported(verl.__version__, f"the run names verl-bot ({reason}); {failure}"))
+            what = f"the run names verl-bot ({reason}); {failure}"
+            raise VerlBotConfigError(unsupported_message(verl.__version__, what))
         return original(config, *args, **kwargs)
 
     setattr(validate_config, REFUSER_ATTR, True)

@@ -6,6 +6,7 @@ carry the loss's knobs; the start-up checks.
 """
 
 import math
+import types
 
 import numpy as np
 import pytest
@@ -32,6 +33,7 @@ from verl_bot.hooks.v1.update_actor import _make_update_actor
 from verl_bot.launch.preflight import check_config
 from verl_bot.losses import loss_knobs, loss_name
 from verl_bot.losses.reco import compute_policy_loss_reco, pairing_metrics, variance_ratio
+from verl_bot.step.actor_update import KNOBS_METRIC
 from verl_bot.step.actor_update import LOSS_KNOBS_KEY as EXTRA_INFO_KEY
 
 verl_bot.plugin.register()
@@ -436,7 +438,8 @@ def test_the_worker_hook_makes_the_shipped_knobs_active_for_the_loss():
     wrapped(config=None, model_output={}, data=data)
     tu.assign_non_tensor_data(data, EXTRA_INFO_KEY, {"reco_rvar_cap": 2.0})
     micro = tu.chunk_tensordict(data, 2)[1]  # what a micro-batch of the update carries
-    assert wrapped(config=None, model_output={}, data=micro, dp_group=None) == ("loss", {})
+    loss, metrics = wrapped(config=None, model_output={}, data=micro, dp_group=None)
+    assert loss == "loss" and list(metrics) == [KNOBS_METRIC] and metrics[KNOBS_METRIC].aggregate() == 1.0
     assert seen == [None, {"reco_rvar_cap": 2.0}]
     assert loss_settings() is None
 
@@ -451,7 +454,7 @@ def test_the_trainer_hook_ships_the_knobs_and_names_the_metrics():
 
     def verl_update_actor(self, batch, metrics):
         shipped.append(dict(batch.extra_info))
-        metrics.update({"actor/reco/rvar_mean": 1.25, "actor/pg_loss": 0.5})
+        metrics.update({"actor/reco/rvar_mean": 1.25, "actor/pg_loss": 0.5, f"actor/{KNOBS_METRIC}": 1.0})
         return batch
 
     wrapped, shipped, trainer = _make_update_actor(verl_update_actor), [], Trainer()
@@ -472,6 +475,19 @@ def test_the_trainer_hook_ships_the_knobs_and_names_the_metrics():
     assert EXTRA_INFO_KEY not in shipped[0]
     assert metrics["reco/weights_on"] == 1.0 and metrics["reco/token_ratio_on"] == 0.0
     assert metrics["actor/reco/rvar_mean"] == 1.25  # not ours to move: the loss is verl's
+
+
+def test_an_update_whose_loss_ran_without_its_knobs_stops_the_run():
+    """verl-bot's worker hook marks every update of a verl-bot loss; an actor that bypassed it (a verl whose
+    worker calls another `ppo_loss`) leaves the mark out, and the step stops naming the hook."""
+
+    def verl_update_actor(self, batch, metrics):
+        metrics.update({"actor/reco/rvar_mean": 1.25})
+        return batch
+
+    trainer = types.SimpleNamespace(config=run_config())
+    with pytest.raises(VerlBotConfigError, match=r"ran the reco policy loss without its knobs: .*hooks/ppo_loss.py"):
+        _make_update_actor(verl_update_actor)(trainer, types.SimpleNamespace(extra_info={}), {})
 
 
 def run_config(**algorithm) -> OmegaConf:

@@ -143,10 +143,20 @@ def run_step(step: str) -> list[str]:
     return getattr(importlib.import_module(f"{__name__}.{module}"), function)()
 
 
+INSTALLED: set[str] = set()  # the steps of `PLAN` installed in this process (while `LEDGER.failure` is None)
+
+
+def install_step(step: str) -> list[str]:
+    """Run one step of `PLAN` for real and note it in `INSTALLED`."""
+    done = run_step(step)
+    INSTALLED.add(step)
+    return done
+
+
 def install() -> None:
     """Schedule every step of `PLAN` (each runs once, in the ledger, when verl imports its module)."""
     for verl_module, step in PLAN:
         if LEDGER.failure is not None:  # a step that ran at once failed: everything is undone, nothing more comes
             return
         what = f"{step.replace(':', '.')} (on import of {verl_module})"
-        when_imported(verl_module, functools.partial(LEDGER.step, what, functools.partial(run_step, step)))
+        when_imported(verl_module, functools.partial(LEDGER.step, what, functools.partial(install_step, step)))

@@ -54,7 +54,7 @@ def check_verl_version() -> None:
     raise VerlApiMismatch(f"{msg}; set {ALLOW_MISMATCH_ENV}=1 to try anyway")
 
 
-def unsupported(verl_version: str, what: str) -> str:
+def unsupported_message(verl_version: str, what: str) -> str:
     """The one line that stops a verl-bot run on a verl it cannot run with (`what`: why)."""
     from verl_bot import __version__
 

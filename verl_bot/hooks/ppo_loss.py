@@ -6,10 +6,11 @@ the trainer adapter shipped with the update (`verl_bot.step.actor_update`). The 
 worker binds this module global in `init_model` (`partial(ppo_loss,
 config=actor_config)`), after verl-bot's plugin was loaded by the worker's
 `import verl`. The wrapper reads the knobs from the micro-batch and makes them
-`verl_bot.credit.context.loss_settings()` while verl's own `ppo_loss` runs; without
-them it calls verl's function untouched. Not covered: verl's distillation
-loss, which calls its own reference to `ppo_loss` (the start-up checks refuse
-a verl-bot loss with distillation).
+`verl_bot.credit.context.loss_settings()` while verl's own `ppo_loss` runs, and adds
+the loss metric `KNOBS_METRIC` (which `verl_bot.step.actor_update.update_metrics` requires of every update of a
+verl-bot loss: a hook gone inert stops the run); without them it calls verl's
+function untouched. Not covered: verl's distillation loss, which calls its own
+reference to `ppo_loss` (the start-up checks refuse a verl-bot loss with distillation).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import functools
 
 from verl_bot.credit.context import use_loss_settings
 from verl_bot.hooks.wrap import wrap
-from verl_bot.step.actor_update import LOSS_KNOBS_KEY
+from verl_bot.step.actor_update import KNOBS_METRIC, LOSS_KNOBS_KEY
 
 
 def _make_ppo_loss(original):
@@ -29,8 +30,12 @@ def _make_ppo_loss(original):
         settings = tu.get_non_tensor_data(data, LOSS_KNOBS_KEY, None)
         if settings is None:
             return original(config, model_output, data, *args, **kwargs)
+        from verl.utils.metric import AggregationType, Metric
+
         with use_loss_settings(dict(settings)):
-            return original(config, model_output, data, *args, **kwargs)
+            loss, metrics = original(config, model_output, data, *args, **kwargs)
+        metrics[KNOBS_METRIC] = Metric(aggregation=AggregationType.MEAN, value=1.0)  # the knobs were active
+        return loss, metrics
 
     return ppo_loss
 

@@ -23,8 +23,8 @@ import sys
 from collections.abc import Callable
 
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.hooks import TRAINER_PATHS, VLLM_ROLLOUT, run_step, steps_for
-from verl_bot.hooks.compat import SUPPORTED_VERL, Finding, collecting, unsupported
+from verl_bot.hooks import INSTALLED, TRAINER_PATHS, VLLM_ROLLOUT, run_step, steps_for
+from verl_bot.hooks.compat import SUPPORTED_VERL, Finding, collecting, unsupported_message
 from verl_bot.hooks.transaction import LEDGER
 
 PROBLEMS = ("changed", "missing")
@@ -67,12 +67,13 @@ def check_step(step: str) -> list[Finding]:
     return findings
 
 
-def check(path: str, wanted: Callable[[str], bool] = lambda module: True) -> list[Finding]:
-    """The findings of every step of trainer path `path` whose verl module is `wanted`, one per touch point, in
-    `PLAN`'s order."""
+def check(path: str, wanted: Callable[[str], bool] = lambda module: True,
+          skip: frozenset[str] = frozenset()) -> list[Finding]:
+    """The findings of every step of trainer path `path` whose verl module is `wanted` and that is not in `skip`,
+    one per touch point, in `PLAN`'s order."""
     findings: dict[str, Finding] = {}
     for module, step in steps_for(path):
-        if not wanted(module):
+        if not wanted(module) or step in skip:
             continue
         problem = import_finding(module)
         for finding in [problem] if problem is not None else check_step(step):
@@ -97,11 +98,14 @@ def require(config) -> None:
     import verl
 
     path = path_of(config)
-    problems = [f for f in check(path, run_modules(config)) if f.status in PROBLEMS]
+    # a step installed in this process checked its targets then (and a user's own wrapper may stand over verl-bot's
+    # since): only the others are checked here, all of them once verl-bot is off (everything was undone)
+    installed = frozenset(INSTALLED) if LEDGER.failure is None else frozenset()
+    problems = [f for f in check(path, run_modules(config), skip=installed) if f.status in PROBLEMS]
     if problems:
         listed = "; ".join(f"{f.label} {f.status} ({f.detail})" for f in problems)
-        raise VerlBotConfigError(unsupported(verl.__version__, f"on the {path} trainer path ({USE_V1[path]}) "
-                                                               f"{listed}; `{COMMAND}` lists every touch point"))
+        what = f"on the {path} trainer path ({USE_V1[path]}) {listed}; `{COMMAND}` lists every touch point"
+        raise VerlBotConfigError(unsupported_message(verl.__version__, what))
     if LEDGER.failure is not None:
         raise VerlBotConfigError(f"verl-bot is off in this process: {LEDGER.failure}")
 
