@@ -146,9 +146,16 @@ def test_broadcast_knob_makes_bot_grpo_with_the_population_std():
 
 
 def test_dense_rewards_of_the_bot_manager_are_never_refused_even_when_they_look_scalar():
+    """BoT on the bag, by hand: group a pools 3 tokens of weight 1/6 (rewards 0, 0, 1) and 2 of weight 1/4 (0, 0):
+    mean 1/6, variance 5/36; group b 4 tokens of 1/8 (0, 0, 0, -2) and 1 of 1/2 (3): mean 5/4, variance 55/16."""
     rewards, mask = scalar_batch()
     with use_context(BatchContext(dense_rewards=True)):
-        run_verl("bot", rewards, mask, ["a", "a", "b", "b"])
+        out = run_verl("bot", rewards, mask, ["a", "a", "b", "b"])
+    sa, sb = 5**0.5 / 6 + 1e-6, 55**0.5 / 4 + 1e-6
+    a0, b0 = -(1 / 6) / sa, -(5 / 4) / sb
+    expected = torch.tensor([[a0, a0, (1 - 1 / 6) / sa, 0], [a0, a0, 0, 0],
+                             [b0, b0, b0, (-2 - 5 / 4) / sb], [(3 - 5 / 4) / sb, 0, 0, 0]])
+    torch.testing.assert_close(out.batch["advantages"], expected, atol=1e-5, rtol=0)
 
 
 # ------------------------------------------------------------------------- failed scorers: advantage 0
