@@ -16,11 +16,14 @@ from tensordict import TensorDict
 from verl import DataProto
 from verl.trainer.ppo.v1 import trainer_base
 
+from tests.conftest import compose_verl_config
 from verl_bot.credit.context import BatchContext, use_context
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.hooks.v1.compute_advantage import check_buffer_armed, inert
+from verl_bot.hooks.compat import inert
+from verl_bot.hooks.v1.compute_advantage import _advantage_with_context, check_buffer_armed
 from verl_bot.hooks.v1.replay_buffer import arm
 from verl_bot.step import failures
+from verl_bot.step.rows import DENSE_MARK
 
 
 class Buffer:
@@ -59,4 +62,29 @@ def test_the_stop_names_verls_version_the_target_and_the_hook():
 
     message = str(inert("x.y", "hooks/v1/z.py", "it matters"))
     assert message == (f"verl-bot: verl {verl.__version__}'s trainer went past x.y without verl-bot's hook there "
-                       "(verl_bot/hooks/v1/z.py): it matters; `python -m verl_bot.compat` lists what changed")
+                       "(verl_bot/hooks/v1/z.py): it matters; `python -m verl_bot.hooks.touch_points` lists the "
+                       "touch points")
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_dense_step_whose_rows_went_past_as_dict_stops_the_run(monkeypatch, marked):
+    """The `bot` manager's rows reach the advantage step marked by verl-bot's `AgentLoopOutput.as_dict` hook; a
+    step in which none is went past it (they would hold one scalar per response) and stops, naming the hook.
+    Marked rows pass on to verl's method (here a stand-in that skips the advantage step, so the next check, of
+    `multi_trajectory`, is the one that stops)."""
+    import transfer_queue
+
+    def kv_batch_get(keys, partition_id, select_fields):
+        extra = {"reward_extra_info": {"score": 1.0}, **({DENSE_MARK: 1} if marked else {})}
+        columns = {"extra_fields": [dict(extra) for _ in keys], "data_source": ["toy_lint"] * len(keys)}
+        return {name: columns[name] for name in select_fields}
+
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", kv_batch_get)
+    trainer = SimpleNamespace(config=compose_verl_config(["algorithm.adv_estimator=bot",
+                                                          "reward.reward_manager.name=bot"]),
+                              global_steps=1, total_training_steps=2)
+    batch = SimpleNamespace(keys=[f"u{i}_0_0" for i in range(4)], partition_id="train", tags=[{}] * 4,
+                            extra_info={}, fields=None)
+    hook = "multi_trajectory.py" if marked else "agent_loop_output.py"
+    with pytest.raises(VerlBotConfigError, match=rf"went past .* \(verl_bot/hooks/v1/{hook}\)"):
+        _advantage_with_context(lambda *args, **kwargs: None, trainer, batch, {})

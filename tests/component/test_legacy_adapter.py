@@ -22,6 +22,7 @@ from tests.conftest import compose_verl_config
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks.legacy.agent_loop import DENSE_KEY
 from verl_bot.hooks.legacy.trainer import active
+from verl_bot.step.rows import DENSE_MARK
 
 BOT = ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot", "trainer.use_v1=false"]
 PROMPT, RESPONSE = 3, 5  # padded widths
@@ -63,6 +64,7 @@ def test_dense_rows_and_streams_replace_verls_last_token_scalar(worker):
         {"score": 1.0, "local_signal": 1.0}, {"score": -1.0, "scorer_error_msg": "x"}]
     assert "score" not in out.non_tensor_batch and DENSE_KEY not in out.non_tensor_batch
     assert out.meta_info["reward_extra_keys"] == []
+    assert out.non_tensor_batch[DENSE_MARK].tolist() == [1, 1]  # the advantage step checks the hook fired
 
 
 def test_a_fatal_marker_or_a_vector_of_the_wrong_length_stops_the_run(worker):
@@ -88,8 +90,9 @@ def test_a_multi_output_loop_stops_the_legacy_run(worker):
         asyncio.run(AgentLoopWorker._agent_loop_postprocess(worker, [object(), object()], False))
 
 
-def legacy_batch(rewards: list[list[float]], uids: list[str], failed: list[bool]) -> DataProto:
-    """A legacy trainer's batch at its advantage step: right-padded (B, T) rewards and masks, per-row dicts."""
+def legacy_batch(rewards: list[list[float]], uids: list[str], failed: list[bool], marked: bool = True) -> DataProto:
+    """A legacy trainer's batch at its advantage step: right-padded (B, T) rewards and masks, per-row dicts and
+    (`marked`) the dense-row mark verl-bot's `_postprocess` hook writes."""
     width = max(len(r) for r in rewards)
     scores = torch.zeros(len(rewards), width)
     mask = torch.zeros(len(rewards), width, dtype=torch.int64)
@@ -104,8 +107,19 @@ def legacy_batch(rewards: list[list[float]], uids: list[str], failed: list[bool]
                           "prompts": ones, "responses": mask.clone(), "attention_mask": torch.cat([ones, mask], 1)},
                          batch_size=len(rewards)),
         non_tensor_batch={"uid": np.array(uids, dtype=object), "reward_extra_info": infos,
-                          "data_source": np.array(["toy"] * len(rewards), dtype=object)},
+                          "data_source": np.array(["toy"] * len(rewards), dtype=object),
+                          **({DENSE_MARK: np.ones(len(rewards), dtype=np.int64)} if marked else {})},
     )
+
+
+def test_a_dense_step_whose_rows_went_past_the_agent_loop_hook_stops_the_run():
+    """Rows of the `bot` manager without the mark of verl-bot's `_postprocess` hook (a verl whose agent loop
+    stacks its outputs another way: one scalar per response) stop the advantage step, naming the hook."""
+    trainer = SimpleNamespace(config=compose_verl_config(BOT), global_steps=1, total_training_steps=2)
+    data = legacy_batch([[1.0, 1.0], [0.0, 0.0]], ["a", "a"], [False, False], marked=False)
+    with active(trainer), pytest.raises(VerlBotConfigError, match=r"went past AgentLoopWorker._postprocess .*"
+                                                                  r"\(verl_bot/hooks/legacy/agent_loop.py\)"):
+        ray_trainer.compute_advantage(data, "bot", config=trainer.config.algorithm)
 
 
 def test_legacy_advantages_are_bot_of_the_rows_whose_scorer_answered():

@@ -40,6 +40,7 @@ from verl_bot.hooks.v1 import (
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch import activation as usage
 from verl_bot.step import failures
+from verl_bot.step.rows import DENSE_MARK
 
 STOCK = ["algorithm.adv_estimator=grpo"]
 BOT = ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot"]
@@ -63,7 +64,8 @@ class Recorder:
 
 
 class FakeTQ:
-    """TransferQueue's `kv_batch_get` for the hooks: each row's extra_fields and data_source; counts the reads."""
+    """TransferQueue's `kv_batch_get` for the hooks: each row's extra_fields (as verl-bot's `as_dict` hook leaves
+    a dense row's: `DENSE_MARK`) and data_source; counts the reads."""
 
     def __init__(self, infos=None):
         self.reads = 0
@@ -71,7 +73,7 @@ class FakeTQ:
 
     def kv_batch_get(self, keys, partition_id, select_fields):
         self.reads += 1
-        columns = {"extra_fields": [{"reward_extra_info": dict(self.infos or {})} for _ in keys],
+        columns = {"extra_fields": [{"reward_extra_info": dict(self.infos or {}), DENSE_MARK: 1} for _ in keys],
                    "data_source": ["toy_lint"] * len(keys)}
         return {name: columns[name] for name in select_fields}
 

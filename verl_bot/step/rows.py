@@ -15,6 +15,16 @@ from verl_bot.credit.sessions import BY_TRAJECTORY, pick_trajectory
 from verl_bot.credit.streams import stream_fields
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 
+# on each row a trainer adapter stored from a dense `reward_score` (v1: in its extra fields; legacy: a column): the
+# advantage step checks that the adapter's hook fired (`went_past_dense_rows`)
+DENSE_MARK = "verl_bot_dense_row"
+
+
+def went_past_dense_rows(dense_rewards: bool, rows: list[dict]) -> bool:
+    """True when a step of the `bot` manager's dense rewards (`dense_rewards`) has rows and none carries
+    `DENSE_MARK`: they went past the adapter's hook, with one scalar per response."""
+    return dense_rewards and bool(rows) and not any(row.get(DENSE_MARK) for row in rows)
+
 
 def own_reward_score(reward_score: Any, prompt_ids: list[int], response_ids: list[int]) -> Any:
     """This trajectory's entry of a session's `reward_score` (the reward_score itself otherwise).

@@ -14,7 +14,8 @@ reward manager (any other run: verl's methods, unchanged):
    becomes); the rows' `reward_extra_info` dicts stay one object column `reward_extra_info` (a scorer reports
    its own parts, so rows differ in keys, which verl's flattening and its concatenation of the workers' batches
    refuse); after verl's method, each row's `rm_scores` is its dense vector and each named stream a right-padded
-   (B, T) field `bot_stream_<name>` (`verl_bot.step.rows.dense_fields`, the v1 adapter's conversion).
+   (B, T) field `bot_stream_<name>` (`verl_bot.step.rows.dense_fields`, the v1 adapter's conversion), and the
+   column `verl_bot.step.rows.DENSE_MARK` says which rows are dense (the advantage step checks this hook fired).
 
 `AgentLoopWorkerTQ` (the v1 agent loop) overrides `_agent_loop_postprocess` and never calls `_postprocess`:
 these wrappers see the legacy trainer's rollouts only.
@@ -32,7 +33,7 @@ from verl_bot.credit.dense import is_dense
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks.wrap import wrap
 from verl_bot.rewards.settings import bot_manager_in_use
-from verl_bot.step.rows import dense_fields
+from verl_bot.step.rows import DENSE_MARK, dense_fields
 
 DENSE_KEY = "verl_bot_dense_reward"
 INFO_KEY = "reward_extra_info"
@@ -109,6 +110,7 @@ def _make_postprocess(original):
         held = held if held is not None else [None] * len(inputs)
         infos[:] = [info if isinstance(info, dict) else {} for info in held]
         out.non_tensor_batch[INFO_KEY] = infos
+        out.non_tensor_batch[DENSE_MARK] = np.array([int(r is not None) for r in dense], dtype=np.int64)
         if any(reward_score is not None for reward_score in dense):
             write_dense(out, inputs, dense)
         return out

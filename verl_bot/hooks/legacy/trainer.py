@@ -12,7 +12,8 @@ they are.
 - `compute_advantage`: the step's batch context (`verl_bot.step.context.step_context`: the rows'
   `reward_extra_info`, failed rows, the failure-rate stop, the estimator's streams `bot_stream_<name>` and fields
   from the batch), failed rollouts out of their groups (`verl_bot.step.failures`), then the token records of
-  the steps asked for (`verl_bot.step.records`);
+  the steps asked for (`verl_bot.step.records`); a step of the `bot` manager's dense rewards none of whose rows
+  carries `agent_loop`'s mark (`verl_bot.step.rows.DENSE_MARK`) went past that hook and stops the run;
 - `compute_data_metrics`: verl's, plus the reward metrics of the step's rollouts
   (`verl_bot.rewards.metrics.training_reward_metrics`) and the estimator's diagnostics of its advantage call;
   on the steps `verl_bot.observe.panels.logged_step` picks, with wandb or tensorboard among `trainer.logger`, the
@@ -36,6 +37,7 @@ import torch
 
 from verl_bot.credit.context import use_context
 from verl_bot.credit.streams import FIELD_PREFIX, StreamsUnavailable
+from verl_bot.hooks.compat import inert
 from verl_bot.hooks.legacy.agent_loop import INFO_KEY
 from verl_bot.hooks.resume import legacy_resume_step, note_resumed_step
 from verl_bot.hooks.wrap import wrap
@@ -46,6 +48,7 @@ from verl_bot.step.context import step_context
 from verl_bot.step.failures import advantages_without_failures
 from verl_bot.step.panel import SHOWN_BY, dense_weights, panel_settings, send_panel, showing_trackers
 from verl_bot.step.records import record_step
+from verl_bot.step.rows import went_past_dense_rows
 
 STEP_METRICS_ATTR = "_verl_bot_step_metrics"
 PANEL_ATTR = "_verl_bot_panel"
@@ -169,13 +172,17 @@ def _make_compute_advantage(original):
         trainer = running_trainer()
         if trainer is None:
             return original(data, adv_estimator, *args, **kwargs)
+        rows = batch_rows(data)
         ctx, metrics = step_context(
             trainer,
-            batch_rows(data),
+            rows,
             torch.zeros(len(data), dtype=torch.bool),  # the legacy trainer adds no padding rows
             read_streams=lambda names: batch_streams(data, names),
             read_fields=lambda names: {name: data.batch[name] for name in names},
         )
+        if ctx is not None and went_past_dense_rows(ctx.dense_rewards, rows):
+            raise inert("AgentLoopWorker._postprocess", "hooks/legacy/agent_loop.py",
+                        "the bot manager's token rewards would reach the estimator as one scalar per response")
         if ctx is None:
             result = original(data, adv_estimator, *args, **kwargs)
         else:

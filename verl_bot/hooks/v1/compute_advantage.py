@@ -20,8 +20,9 @@ adapter reads the batch from TransferQueue:
    the advantages (`verl_bot.hooks.v1.multi_trajectory` takes failed rows out of
    their groups; estimators read streams and report diagnostics);
 4. add the estimator's diagnostics and `verl_bot/scorer_failed_rows` to the step's metrics; stop the run (one
-   line, `inert`) when verl's advantage step went past `multi_trajectory`'s hook, or the replay buffer was built
-   without `replay_buffer`'s: hooks that a changed verl would leave silently inert;
+   line, `inert`) when verl's advantage step went past `multi_trajectory`'s hook, the replay buffer was built
+   without `replay_buffer`'s, or no row of the `bot` manager's dense rewards went through `agent_loop_output`'s
+   (`verl_bot.step.rows.DENSE_MARK`): hooks that a changed verl would leave silently inert;
 5. for any estimator, on the steps `algorithm.token_report_steps` asks for: read the rows back from
    TransferQueue after verl's own method wrote the advantages (token ids, `rm_scores`, advantages, uid,
    data_source) and write them as token records (`verl_bot.observe.token_records`) for the token-credit report.
@@ -36,13 +37,14 @@ import torch
 
 from verl_bot.credit.context import use_context
 from verl_bot.credit.streams import FIELD_PREFIX, StreamsUnavailable
-from verl_bot.errors import VerlBotConfigError
+from verl_bot.hooks.compat import inert
 from verl_bot.hooks.v1.replay_buffer import armed
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch.activation import in_use
 from verl_bot.step import failures
 from verl_bot.step.context import step_context
 from verl_bot.step.records import record_step
+from verl_bot.step.rows import went_past_dense_rows
 
 
 def column_values(column: Any) -> list:
@@ -93,15 +95,19 @@ def padding_mask(batch: Any) -> torch.Tensor:
 
 def _advantage_with_context(original, trainer, batch, metrics, *args, **kwargs):
     """verl's `_compute_advantage` inside the batch context (steps 1-4 of the module docstring)."""
+    rows = fetch_rows(batch)
     ctx, step_metrics = step_context(
         trainer,
-        fetch_rows(batch),
+        rows,
         padding_mask(batch),
         read_streams=lambda names: fetch_streams(batch, names),
         read_fields=lambda names: fetch_padded(batch, names),
     )
     if ctx is None:
         return original(trainer, batch, metrics, *args, **kwargs)
+    if went_past_dense_rows(ctx.dense_rewards, rows):
+        raise inert("AgentLoopOutput.as_dict", "hooks/v1/agent_loop_output.py",
+                    "the bot manager's token rewards would reach the estimator as one scalar per response")
     metrics.update(step_metrics)
     before = failures.calls()
     with use_context(ctx):
@@ -113,14 +119,6 @@ def _advantage_with_context(original, trainer, batch, metrics, *args, **kwargs):
     return result
 
 
-def inert(target: str, hook: str, consequence: str) -> VerlBotConfigError:
-    """The one-line stop of a verl-bot run in which one of its hooks never fired (verl took another way)."""
-    import verl
-
-    return VerlBotConfigError(
-        f"verl-bot: verl {verl.__version__}'s trainer went past {target} without verl-bot's hook there "
-        f"(verl_bot/{hook}): {consequence}; `python -m verl_bot.compat` lists what changed"
-    )
 
 
 def check_buffer_armed(trainer: Any) -> None:
