@@ -45,8 +45,11 @@ def make_batch(rows: int, tokens: int, group: int, seed: int = 0):
                         "prompts": ones, "responses": mask.clone(), "attention_mask": torch.cat([ones, mask], 1)},
                        batch_size=rows)
     uids = np.array([f"g{i // group}" for i in range(rows)], dtype=object)
+    from verl_bot.step.rows import DENSE_MARK  # each row as verl-bot's agent-loop hook leaves a dense one
+
     return DataProto(batch=batch, non_tensor_batch={"uid": uids, "reward_extra_info": infos,
-                                                    "data_source": np.array(["toy"] * rows, dtype=object)})
+                                                    "data_source": np.array(["toy"] * rows, dtype=object),
+                                                    DENSE_MARK: np.ones(rows, dtype=np.int64)})
 
 
 def main() -> None:
