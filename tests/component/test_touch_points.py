@@ -49,9 +49,12 @@ def moved_verl(tmp_path_factory) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "VERL_PLATFORM": "cpu"}
 
 
-def command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "verl_bot.hooks.touch_points", *args], capture_output=True,
+def json_report(env: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict]:
+    """`python -m verl_bot.hooks.touch_points --json` in `env`: the process and its report (the JSON after what
+    verl's imports print)."""
+    proc = subprocess.run([sys.executable, "-m", "verl_bot.hooks.touch_points", "--json"], capture_output=True,
                           text=True, timeout=300, env=env)
+    return proc, json.loads(proc.stdout[proc.stdout.index("{\n"):]) if "{\n" in proc.stdout else {}
 
 
 def test_every_touch_point_of_both_trainer_paths_is_found_in_the_installed_verl():
@@ -95,9 +98,8 @@ def test_a_module_verl_does_not_have_is_missing_and_one_that_does_not_import_is_
 
 
 def test_the_command_names_what_moved_with_exit_status_1(moved_verl):
-    proc = command(moved_verl, "--json")
+    proc, report = json_report(moved_verl)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    report = json.loads(proc.stdout[proc.stdout.index("{\n"):])  # after what verl's imports print
     assert report["verl"] == "0.9.1" and supports(report["verl"])
     problems = {path: [tuple(f.values()) for f in fs if f["status"] != "found"] for path, fs in report["paths"].items()}
     assert problems == {"v1": [MISSING], "legacy": [CHANGED]}  # vLLM's rollout included (VERL_PLATFORM=cpu)

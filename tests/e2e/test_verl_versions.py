@@ -9,7 +9,6 @@ backend is selected). A run trains on it as on the installed one (by hand: docs/
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.component.test_touch_points import json_report
 from verl_bot.hooks.compat import SUPPORTED_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +34,8 @@ def installed(version: str) -> Path:
 @pytest.mark.parametrize("version", [v for v in SUPPORTED_VERSIONS if v != __import__("verl").__version__])
 def test_a_supported_verl_release_has_every_touch_point(version):
     env = {**os.environ, "PYTHONPATH": str(installed(version)), "VERL_PLATFORM": "cpu"}
-    proc = subprocess.run([sys.executable, "-m", "verl_bot.hooks.touch_points", "--json"], capture_output=True,
-                          text=True, timeout=300, env=env)
+    proc, report = json_report(env)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    report = json.loads(proc.stdout[proc.stdout.index("{\n"):])
     assert report["verl"] == version
     assert {f["status"] for fs in report["paths"].values() for f in fs} == {"found"}
     assert [len(fs) for fs in report["paths"].values()] == [32, 27]

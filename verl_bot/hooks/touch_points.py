@@ -25,15 +25,11 @@ from collections.abc import Callable
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks import INSTALLED, TRAINER_PATHS, VLLM_ROLLOUT, run_step, steps_for
 from verl_bot.hooks.compat import SUPPORTED_VERL, Finding, collecting, unsupported_message
-from verl_bot.hooks.transaction import LEDGER
+from verl_bot.hooks.transaction import LEDGER, first_line
 
 PROBLEMS = ("changed", "missing")
 USE_V1 = {"v1": "trainer.use_v1=true", "legacy": "trainer.use_v1=false"}
 COMMAND = "python -m verl_bot.hooks.touch_points"
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0]
 
 
 def import_finding(module: str) -> Finding | None:
@@ -43,15 +39,13 @@ def import_finding(module: str) -> Finding | None:
     try:
         importlib.import_module(module)
         return None
-    except ModuleNotFoundError as exc:
-        if exc.name and (exc.name == "verl" or exc.name.startswith("verl.")):  # this module, or one of verl's it needs
-            by = "" if (module + ".").startswith(exc.name + ".") else f" (imported by {module})"
-            return Finding(module, "missing", f"verl {verl.__version__} has no module {exc.name}{by}")
-        return Finding(module, "not checked", f"{module} does not import here: {type(exc).__name__}: "
-                                              f"{_first_line(exc)}")
     except Exception as exc:  # noqa: BLE001 - a module that fails to import for its own reasons is not verl-bot's
+        name = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        if name and (name == "verl" or name.startswith("verl.")):  # this module, or one of verl's it needs
+            by = "" if (module + ".").startswith(name + ".") else f" (imported by {module})"
+            return Finding(module, "missing", f"verl {verl.__version__} has no module {name}{by}")
         return Finding(module, "not checked", f"{module} does not import here: {type(exc).__name__}: "
-                                              f"{_first_line(exc)}")
+                                              f"{first_line(exc)}")
 
 
 def check_step(step: str) -> list[Finding]:
@@ -61,9 +55,9 @@ def check_step(step: str) -> list[Finding]:
         try:
             run_step(step)
         except AttributeError as exc:
-            findings.append(Finding(step, "missing", f"{step}: {_first_line(exc)}"))
+            findings.append(Finding(step, "missing", f"{step}: {first_line(exc)}"))
         except Exception as exc:  # noqa: BLE001 - whatever breaks is what a verl upgrade changed
-            findings.append(Finding(step, "changed", f"{step}: {type(exc).__name__}: {_first_line(exc)}"))
+            findings.append(Finding(step, "changed", f"{step}: {type(exc).__name__}: {first_line(exc)}"))
     return findings
 
 

@@ -32,7 +32,8 @@ class VerlBotOff(RuntimeError):
     """A change was asked for after an earlier step failed: verl-bot is off in this process."""
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message ("" for none)."""
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else ""
 
@@ -95,7 +96,7 @@ class Ledger:
         undone = len(self._undo)
         self.rollback()
         on_import.cancel()
-        self.failure = f"{what}: {type(exc).__name__}: {_first_line(exc)}"
+        self.failure = f"{what}: {type(exc).__name__}: {first_line(exc)}"
         logger.error(
             "verl-bot is off (pid %d): %s. Its %d change(s) to verl were undone and nothing more is installed, so "
             "verl runs as without verl-bot; %s",

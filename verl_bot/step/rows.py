@@ -18,6 +18,7 @@ from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 # on each row a trainer adapter stored from a dense `reward_score` (v1: in its extra fields; legacy: a column): the
 # advantage step checks that the adapter's hook fired (`went_past_dense_rows`)
 DENSE_MARK = "verl_bot_dense_row"
+SCALAR_ROWS = "the bot manager's token rewards would reach the estimator as one scalar per response"  # past the hook
 
 
 def went_past_dense_rows(dense_rewards: bool, rows: list[dict]) -> bool:

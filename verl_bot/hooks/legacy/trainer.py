@@ -48,7 +48,7 @@ from verl_bot.step.context import step_context
 from verl_bot.step.failures import advantages_without_failures
 from verl_bot.step.panel import SHOWN_BY, dense_weights, panel_settings, send_panel, showing_trackers
 from verl_bot.step.records import record_step
-from verl_bot.step.rows import went_past_dense_rows
+from verl_bot.step.rows import SCALAR_ROWS, went_past_dense_rows
 
 STEP_METRICS_ATTR = "_verl_bot_step_metrics"
 PANEL_ATTR = "_verl_bot_panel"
@@ -180,12 +180,11 @@ def _make_compute_advantage(original):
             read_streams=lambda names: batch_streams(data, names),
             read_fields=lambda names: {name: data.batch[name] for name in names},
         )
-        if ctx is not None and went_past_dense_rows(ctx.dense_rewards, rows):
-            raise inert("AgentLoopWorker._postprocess", "hooks/legacy/agent_loop.py",
-                        "the bot manager's token rewards would reach the estimator as one scalar per response")
         if ctx is None:
             result = original(data, adv_estimator, *args, **kwargs)
         else:
+            if went_past_dense_rows(ctx.dense_rewards, rows):
+                raise inert("AgentLoopWorker._postprocess", "hooks/legacy/agent_loop.py", SCALAR_ROWS)
             with use_context(ctx):
                 result = advantages_without_failures(original, data, None, adv_estimator, *args, **kwargs)
             metrics.update(ctx.metrics)

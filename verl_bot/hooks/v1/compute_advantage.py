@@ -44,7 +44,7 @@ from verl_bot.launch.activation import in_use
 from verl_bot.step import failures
 from verl_bot.step.context import step_context
 from verl_bot.step.records import record_step
-from verl_bot.step.rows import went_past_dense_rows
+from verl_bot.step.rows import SCALAR_ROWS, went_past_dense_rows
 
 
 def column_values(column: Any) -> list:
@@ -106,8 +106,7 @@ def _advantage_with_context(original, trainer, batch, metrics, *args, **kwargs):
     if ctx is None:
         return original(trainer, batch, metrics, *args, **kwargs)
     if went_past_dense_rows(ctx.dense_rewards, rows):
-        raise inert("AgentLoopOutput.as_dict", "hooks/v1/agent_loop_output.py",
-                    "the bot manager's token rewards would reach the estimator as one scalar per response")
+        raise inert("AgentLoopOutput.as_dict", "hooks/v1/agent_loop_output.py", SCALAR_ROWS)
     metrics.update(step_metrics)
     before = failures.calls()
     with use_context(ctx):
@@ -117,8 +116,6 @@ def _advantage_with_context(original, trainer, batch, metrics, *args, **kwargs):
         raise inert("trainer_base.compute_advantage_for_multi_trajectories", "hooks/v1/multi_trajectory.py",
                     "failed rollouts would keep their advantages")
     return result
-
-
 
 
 def check_buffer_armed(trainer: Any) -> None:
