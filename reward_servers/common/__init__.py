@@ -1,2 +1,3 @@
-"""Pieces shared by every reward server: the HTTP service factory, the OpenAI-compatible judge client, a
-deterministic fake judge for tests, the think-block split and the step splitter. See README.md in this folder."""
+"""Pieces shared by every reward server: the HTTP service factory, the OpenAI-compatible judge client and a
+deterministic fake judge for tests (what they share with verl-bot, the verdict, steps, think split and loopback rule,
+is `verl_bot_contract`). See README.md in this folder."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import math
@@ -34,6 +33,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+
+from verl_bot_contract.loopback import listens_beyond_loopback
+from verl_bot_contract.verdict import Span, validate_verdict
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +63,6 @@ class ScoreItem:
 
 
 @dataclass
-class Span:
-    """Local signal ``value`` on response characters ``[start, end)`` (Python str indices)."""
-
-    start: int
-    end: int
-    value: float
-
-    def to_dict(self) -> dict:
-        return {"start": int(self.start), "end": int(self.end), "value": float(self.value)}
-
-
-@dataclass
 class ItemResult:
     """Per-item result in docs/REWARD_API.md's shape. ``score`` is G; by convention ``sum(parts.values())``."""
 
@@ -88,7 +78,7 @@ class ItemResult:
         return {
             "id": self.id,
             "global": {"score": float(self.score), "parts": {k: float(v) for k, v in self.parts.items()}},
-            "local": [s.to_dict() if isinstance(s, Span) else dict(s) for s in self.local],
+            "local": [dict(s) for s in self.local],
             "info": self.info,
             "flags": list(dict.fromkeys(self.flags)),  # dedupe, keep order
             "error": self.error,
@@ -100,7 +90,7 @@ def error_result(item_id: Any, message: str, sentinel: float, flags: Iterable[st
     return ItemResult(id=item_id, score=sentinel, error=message, flags=list(flags))
 
 
-def combine_spans(spans: Iterable[Span | tuple[int, int, float]], length: int | None = None) -> list[Span]:
+def combine_spans(spans: Iterable[Span], length: int | None = None) -> list[Span]:
     """Turn possibly overlapping spans into sorted, disjoint spans whose values add up where they overlap.
 
     ``length`` (if given) clamps spans to ``[0, length)``. Empty spans and zero-valued segments are dropped;
@@ -108,8 +98,7 @@ def combine_spans(spans: Iterable[Span | tuple[int, int, float]], length: int | 
     """
     events: dict[int, float] = {}
     for s in spans:
-        start, end, value = (s.start, s.end, s.value) if isinstance(s, Span) else s
-        start, end = int(start), int(end)
+        start, end, value = int(s["start"]), int(s["end"]), s["value"]
         if length is not None:
             start, end = max(0, start), min(int(length), end)
         if end <= start or value == 0:
@@ -123,10 +112,10 @@ def combine_spans(spans: Iterable[Span | tuple[int, int, float]], length: int | 
         level += events[a]
         if abs(level) < 1e-12:
             continue
-        if out and out[-1].end == a and out[-1].value == level:
-            out[-1].end = b
+        if out and out[-1]["end"] == a and out[-1]["value"] == level:
+            out[-1]["end"] = b
         else:
-            out.append(Span(a, b, level))
+            out.append(Span(start=a, end=b, value=level))
     return out
 
 
@@ -183,17 +172,19 @@ def parse_item(raw: Any, index: int) -> ScoreItem:
 
 
 def dumps(obj: Any) -> bytes:
-    """JSON encoding for responses: ASCII-only (no surrogate can break it), non-finite floats become null."""
-    return json.dumps(_finite(obj), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+    """JSON encoding for responses: ASCII-only (no surrogate can break it); a non-finite float, which only an
+    ``info`` or a health detail can hold (a verdict's numbers are checked), becomes null."""
+    return json.dumps(_nulls_for_non_finite(obj), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode(
+        "ascii")
 
 
-def _finite(obj: Any) -> Any:
+def _nulls_for_non_finite(obj: Any) -> Any:
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
+        return {str(k): _nulls_for_non_finite(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
+        return [_nulls_for_non_finite(v) for v in obj]
     return obj
 
 
@@ -225,14 +216,15 @@ class Scorer:
         raise NotImplementedError
 
 
-def _check_result(res: ItemResult, item: ScoreItem) -> ItemResult:
-    """Make a scorer's result contract-conformant: id echoed, flags merged, spans clamped/disjoint, finite G."""
+def _check_result(res: ItemResult, item: ScoreItem) -> dict:
+    """A scorer's result as the verdict it answers: id echoed, flags merged, spans clamped and disjoint, checked
+    against the contract (``validate_verdict``: finite G, parts and span values; ``InvalidVerdict`` otherwise)."""
     res.id = item.id
     res.flags = list(item.flags) + [f for f in res.flags if f not in item.flags]
-    if not math.isfinite(res.score) or any(not math.isfinite(v) for v in res.parts.values()):
-        raise ValueError("non-finite score")
     res.local = combine_spans(res.local, len(item.response))
-    return res
+    verdict = res.to_dict()
+    validate_verdict(verdict)
+    return verdict
 
 
 async def score_batch(
@@ -248,7 +240,7 @@ async def score_batch(
             return error_result(item_id, f"bad item: {e}", scorer.error_score, ["bad_item"]).to_dict()
         try:
             res = await asyncio.wait_for(scorer.score(item, options), item_timeout_s)
-            return _check_result(res, item).to_dict()
+            return _check_result(res, item)
         except asyncio.TimeoutError:
             return error_result(item.id, "timeout", scorer.error_score, item.flags + ["timeout"]).to_dict()
         except ValueError as e:  # an expected refusal (bad ground truth, bad option): no traceback in the log
@@ -349,22 +341,12 @@ def add_common_args(parser: argparse.ArgumentParser, default_port: int) -> argpa
     return parser
 
 
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and 'localhost'."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def serve(scorer: Scorer, args: argparse.Namespace) -> None:
     """Run ``scorer`` with uvicorn using the parsed common args (blocks)."""
     import uvicorn
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not is_loopback(args.host) and not args.token:
+    if listens_beyond_loopback(args.host) and not args.token:
         log.warning("listening on %s without a bearer token: anyone who reaches this port can use it", args.host)
     app = create_app(
         scorer,

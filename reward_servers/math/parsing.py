@@ -3,7 +3,7 @@
 Response format (the paper's): ``<step 1> ... </step 1> <step 2> ... </step 2> ... <final> ... </final>``.
 Closing step tags may omit the number (``</step>``). All offsets are Python ``str`` indices into the response;
 spans are half-open ``[start, end)`` and cover a block from its opening tag to its closing tag inclusive.
-The scans take a ``start`` offset: a reasoning model's think block (``reward_servers.common.think``) is skipped
+The scans take a ``start`` offset: a reasoning model's think block (``verl_bot_contract.think``) is skipped
 by starting them after it, with offsets still into the whole response.
 
 Every scan here is a linear regex pass or a linear brace walk: a 1 MB response costs milliseconds.
@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from reward_servers.common.steps import BLANK_LINE, Step, separator_pattern, split_steps
-from reward_servers.common.think import ThinkSplit
+from verl_bot_contract.steps import BLANK_LINE, Step, separator_pattern, split_steps
+from verl_bot_contract.think import ThinkSplit
 
 # <step 3>, < step3 >, </step 3>, </step>, <final>, </final>; case-insensitive
 _TAG = re.compile(r"<\s*(/?)\s*(step|final)\s*(\d{0,6})\s*>", re.I)
@@ -196,7 +196,7 @@ def format_verdict(parsed: Parsed, think: ThinkSplit, ans: Answer | None) -> str
 
 
 def paragraph_steps(text: str, start: int = 0, answer_at: int | None = None) -> list[Step]:
-    """The paragraphs of ``text[start:]`` (the blank-line steps of ``reward_servers.common.steps.split_steps``)
+    """The paragraphs of ``text[start:]`` (the blank-line steps of ``verl_bot_contract.steps.split_steps``)
     before the one that holds the answer (its first step/final tag, else the answer at offset ``answer_at``), as
     steps 1..n. A paragraph step's block is its text, stripped: no blank line, as a tagged step's block holds nothing
     outside its tags. Without tag and answer, every paragraph is a step."""

@@ -10,7 +10,7 @@ b_format = format_bonus (+0.2) for a perfect format, format_penalty (-1.0) for m
 (think block, then a ``\boxed{}`` answer and no tag). |S| = number of steps. The judge runs concurrently
 with the answer check; a judge failure drops the local spans, flags ``judge_unavailable`` and keeps G.
 
-Think block (``reward_servers.common.think``): only the text after it is parsed, extracted and judged; a response
+Think block (``verl_bot_contract.think``): only the text after it is parsed, extracted and judged; a response
 cut off inside it has no answer, format ``missing``, and a part ``think_truncated`` (-0.5): G = -1.5 by default,
 below every finished response (flag ``think_truncated``). Without step tags after a closed think block the
 answer's paragraphs are the steps (``untagged_steps``); the think block's own local signal is ``think_local``.
@@ -29,8 +29,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 
 from reward_servers.common.judge import JudgeClient, JudgeConfig, JudgeError
-from reward_servers.common.service import ItemResult, ScoreItem, Scorer, Span
-from reward_servers.common.think import split_think, think_spans
+from reward_servers.common.service import ItemResult, ScoreItem, Scorer
 from reward_servers.math import __version__
 from reward_servers.math.parsing import (
     FORMAT_MISSING,
@@ -51,6 +50,8 @@ from reward_servers.math.parsing import (
 from reward_servers.math.pool import ItemTimeout, PoolError, WorkerPool
 from reward_servers.math.rule_judge import rule_judge_steps
 from reward_servers.math.step_judge import STRATEGIES, judge_steps, load_prompts
+from verl_bot_contract.think import split_think, think_spans
+from verl_bot_contract.verdict import Span
 
 ANSWER_TYPES = ("auto", "aime", "math")
 JUDGE_KINDS = ("llm", "rule")
@@ -166,7 +167,8 @@ def think_settings(options: dict, cfg: MathConfig) -> MathConfig:
 def step_spans(steps: list, scores: list[int], local_weight: float) -> list[Span]:
     """Eq. 8 local signal: value local_weight * e_s / |S| over each step's block span (|S| = len(steps))."""
     n = len(steps)
-    return [Span(st.start, st.end, local_weight * e / n) for st, e in zip(steps, scores, strict=True) if e and n]
+    return [Span(start=st.start, end=st.end, value=local_weight * e / n)
+            for st, e in zip(steps, scores, strict=True) if e and n]
 
 
 class MathScorer(Scorer):

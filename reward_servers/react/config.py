@@ -34,7 +34,7 @@ class ReactConfig:
     eslint_fatal: float = -0.5
     eslint_error: float = -0.1
     eslint_warning: float = -0.02
-    # think block (a reasoning model's <think> ... </think>; reward_servers/common/think.py)
+    # think block (a reasoning model's <think> ... </think>; verl_bot_contract/think.py)
     think_opened: bool = False  # the chat template ends the prompt with <think>: no </think> = cut off inside it
     think_local: float = 0.0  # local signal S on every character of the think block (0: none)
     think_truncated_score: float = -1.5  # part think_truncated: G of a response cut off inside its think block

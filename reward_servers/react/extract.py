@@ -10,7 +10,7 @@ Rules (documented in README.md):
 - "Looks like a component": JSX or createElement, and a default export or a capitalised
   function/const/class declaration. Otherwise the item gets the not-a-component sentinel.
 - Only the answer is searched: ``extract(response, start)`` reads ``response[start:]`` (the text after a
-  reasoning model's think block, ``reward_servers.common.think``); offsets stay offsets into ``response``.
+  reasoning model's think block, ``verl_bot_contract.think``); offsets stay offsets into ``response``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from reward_servers.common.service import Span
+from verl_bot_contract.verdict import Span
 
 from .extract import line_starts
 
@@ -74,7 +74,7 @@ def line_spans(code: str, code_start: int, code_end: int, values: Mapping[int, f
         s = code_start + starts[ln - 1]
         e = code_start + starts[ln] if ln < n else code_end
         if e > s:
-            spans.append(Span(s, e, float(v)))
+            spans.append(Span(start=s, end=e, value=float(v)))
     return spans
 
 

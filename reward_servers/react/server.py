@@ -1,7 +1,7 @@
 """The React reward scorer: extract -> bundle + lint (persistent Node workers) -> render (warm Chromium) ->
 LLM / VLM judges -> global parts and local line spans (docs/REWARD_API.md, docs/ALGORITHMS.md "React rewards").
 
-A reasoning model's think block (``reward_servers.common.think``) is never searched for the component; a response
+A reasoning model's think block (``verl_bot_contract.think``) is never searched for the component; a response
 cut off inside it gets ``think_truncated_score`` (flag ``think_truncated``)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import ItemResult, ScoreItem, Scorer, add_common_args, serve
-from reward_servers.common.think import split_think, think_spans
+from verl_bot_contract.think import split_think, think_spans
 
 from . import scoring
 from .config import ReactConfig, add_args, from_args, impacts

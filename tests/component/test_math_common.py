@@ -17,18 +17,12 @@ from reward_servers.common.judge import (
     JudgeUnavailable,
     user_message,
 )
-from reward_servers.common.service import (
-    ItemResult,
-    Scorer,
-    ServerThread,
-    Span,
-    combine_spans,
-    create_app,
-)
+from reward_servers.common.service import ItemResult, Scorer, ServerThread, combine_spans, create_app
+from verl_bot_contract.verdict import Span
 
 
 class EchoScorer(Scorer):
-    """Scores len(response); 'boom' raises; 'sleep' hangs; local span on the first 3 characters."""
+    """Scores len(response); 'boom' raises; 'sleep' hangs; 'nan' answers a NaN G; overlapping local spans."""
 
     name = "echo"
     version = "t"
@@ -39,11 +33,13 @@ class EchoScorer(Scorer):
             raise RuntimeError("exploded")
         if item.response == "sleep":
             await asyncio.sleep(30)
+        if item.response == "nan":
+            return ItemResult(score=float("nan"), parts={"len": 3.0})
         n = float(len(item.response))
         return ItemResult(
             score=n,
             parts={"len": n},
-            local=[Span(0, 3, 0.5), Span(2, 100000, 0.25)],
+            local=[Span(start=0, end=3, value=0.5), Span(start=2, end=100000, value=0.25)],
             info={"scale": options.get("scale", 1)},
         )
 
@@ -77,12 +73,13 @@ def test_order_ids_and_isolation(echo_server):
         {"id": 7, "response": None},
         {"id": "c", "response": "hi!!", "prompt": [{"role": "user", "content": "x"}]},
         {"id": "d", "response": "sleep"},
+        {"id": "e", "response": "nan"},
     ]
     t0 = time.monotonic()
     r = post(echo_server, {"items": items, "options": {"scale": 2}})
     assert r.status_code == 200
     out = r.json()["items"]
-    assert [o["id"] for o in out] == ["a", "b", None, 7, "c", "d"]
+    assert [o["id"] for o in out] == ["a", "b", None, 7, "c", "d", "e"]
     assert out[0]["global"] == {"score": 5.0, "parts": {"len": 5.0}} and out[0]["error"] is None
     assert out[0]["info"] == {"scale": 2}
     # overlapping spans summed, clamped to len("hello") = 5
@@ -96,6 +93,8 @@ def test_order_ids_and_isolation(echo_server):
     assert "response" in out[3]["error"]
     assert out[4]["global"]["score"] == 4.0
     assert out[5]["error"] == "timeout" and "timeout" in out[5]["flags"]
+    # the server checks its answer against the contract's validator: a NaN G is the item's error, not a NaN sent
+    assert out[6]["global"]["score"] == -9.0 and "global.score is not finite" in out[6]["error"]
     assert time.monotonic() - t0 < 10
 
 
@@ -132,13 +131,16 @@ def test_invalid_utf8(echo_server):
 
 
 def test_combine_spans():
+    def spans(*triples):
+        return [Span(start=a, end=b, value=v) for a, b, v in triples]
+
     assert combine_spans([]) == []
-    assert combine_spans([(5, 5, 1.0), (3, 1, 1.0), (0, 4, 0.0)]) == []
-    got = combine_spans([(0, 10, 1.0), (5, 15, -1.0), (10, 12, 1.0)])
+    assert combine_spans(spans((5, 5, 1.0), (3, 1, 1.0), (0, 4, 0.0))) == []
+    got = combine_spans(spans((0, 10, 1.0), (5, 15, -1.0), (10, 12, 1.0)))
     # precise check: [0,5)=1, [5,10)=0 dropped, [10,12)=0 dropped, [12,15)=-1
-    assert [(s.start, s.end, s.value) for s in got] == [(0, 5, 1.0), (12, 15, -1.0)]
-    merged = combine_spans([(0, 2, 0.5), (2, 4, 0.5)], length=3)
-    assert [(s.start, s.end, s.value) for s in merged] == [(0, 3, 0.5)]
+    assert got == spans((0, 5, 1.0), (12, 15, -1.0))
+    merged = combine_spans(spans((0, 2, 0.5), (2, 4, 0.5)), length=3)
+    assert merged == spans((0, 3, 0.5))
 
 
 # ------------------------------------------------------------------------------------------------------ judge

@@ -41,7 +41,7 @@ from tests.e2e.test_cpu_e2e import Run, workdir  # noqa: F401 - fixture
 pytestmark = pytest.mark.timeout(900)
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("verl_bot", "verl_bot_vllm", "reward_servers")  # the wheel's top-level packages
+PACKAGES = ("verl_bot", "verl_bot_vllm", "verl_bot_contract", "reward_servers")  # the wheel's top-level packages
 COMPONENT = "```tsx\nexport default function App() { return <h1>Hi</h1>; }\n```"
 BROKEN = "```tsx\nexport default function App() { return <h1>Hi</h1>;\n```"  # no closing brace
 
@@ -132,7 +132,7 @@ def test_the_wheel_holds_the_source_files_of_its_packages_and_nothing_else(wheel
     assert not set(shipped) - set(expected), sorted(set(shipped) - set(expected))
     assert packages(shipped) == packages(expected)
     assert {"verl_bot.credit", "verl_bot.launch", "verl_bot.observe", "verl_bot.vps", "verl_bot.hooks.v1",
-            "verl_bot.hooks.legacy"} <= packages(shipped)
+            "verl_bot.hooks.legacy", "verl_bot_contract"} <= packages(shipped)
     for data in ("reward_servers/react/node/worker.mjs", "reward_servers/react/package-lock.json",
                  "reward_servers/react/setup.sh", "verl_bot/cpu/overrides.txt"):  # what the servers and CPU runs read
         assert data in shipped

@@ -168,7 +168,7 @@ def test_prompt_shows_window_and_verdicts():
 def test_eq8_spans_and_format_scores():
     p = parse_response(GOOD)
     spans = step_spans(p.steps, [1, -1], local_weight=0.5)
-    assert [(s.start, s.end, s.value) for s in spans] == [
+    assert [(s["start"], s["end"], s["value"]) for s in spans] == [
         (p.steps[0].start, p.steps[0].end, 0.25),
         (p.steps[1].start, p.steps[1].end, -0.25),
     ]

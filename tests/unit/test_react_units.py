@@ -112,9 +112,9 @@ def test_line_spans_map_to_response():
     ex = extract(resp.replace("line1", "export default function A(){ return <a/> }"))
     resp = resp.replace("line1", "export default function A(){ return <a/> }")
     spans = scoring.line_spans(ex.code, ex.start, ex.end, {1: -1.0, 2: -0.5, 3: -0.25})
-    assert [resp[s.start : s.end] for s in spans] == [
+    assert [resp[s["start"] : s["end"]] for s in spans] == [
         "export default function A(){ return <a/> }\n", "line2\n", "line3"]
-    assert all(a.end <= b.start for a, b in zip(spans, spans[1:], strict=False))
+    assert all(a["end"] <= b["start"] for a, b in zip(spans, spans[1:], strict=False))
 
 
 # ------------------------------------------------------------------------------------------------ judge parsing

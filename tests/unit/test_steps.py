@@ -1,10 +1,10 @@
-"""The one step splitter (`reward_servers.common.steps`): the math server's untagged paragraphs, the served PRM's
+"""The one step splitter (`verl_bot_contract.steps`): the math server's untagged paragraphs, the served PRM's
 steps and the reward streams' `step_end` all split with it. Offsets and texts by hand."""
 
 import numpy as np
 
-from reward_servers.common.steps import Step, split_steps
 from verl_bot.credit.streams import step_end_mask
+from verl_bot_contract.steps import Step, split_steps
 
 
 def test_steps_end_at_blank_line_runs_and_join_pieces_without_text():

@@ -1,4 +1,4 @@
-"""A reasoning model's think block, piece by piece: the one split (`reward_servers.common.think`), the math parser's
+"""A reasoning model's think block, piece by piece: the one split (`verl_bot_contract.think`), the math parser's
 steps of an answer without tags, the React extraction after the block, the math server's CLI knobs, the manager's
 decoding of special think tags, and any response against the math scorer (hypothesis).
 
@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken
 from transformers import AutoTokenizer
 
-from reward_servers.common.think import ThinkSplit, split_think
 from reward_servers.math.__main__ import build_parser, config_from_args
 from reward_servers.math.parsing import find_steps, paragraph_steps, parse_response
 from reward_servers.react.extract import extract
 from verl_bot.credit.spans import token_char_spans
 from verl_bot.rewards.builtin import toy_math
+from verl_bot_contract.think import ThinkSplit, split_think
 
 
 @pytest.mark.parametrize(

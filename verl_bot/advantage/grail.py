@@ -37,9 +37,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from reward_servers.common.think import split_think
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.knobs import MethodSettings, knob
+from verl_bot_contract.think import split_think
 
 # per-token span codes (response-aligned)
 SPAN_OTHER, SPAN_MARKER, SPAN_CONTENT, SPAN_AFTER = 0, 1, 2, 3
@@ -157,7 +157,7 @@ def first_final_span(text: str) -> AnswerSpan | None:
 
 def answer_span(text: str, answer: str = "auto") -> AnswerSpan | None:
     """The answer span of a response text: `final`, `boxed`, or `auto` (a `<final>` block, else `\\boxed{}`),
-    looked for after a reasoning model's think block (`reward_servers.common.think.split_think`, as the reward
+    looked for after a reasoning model's think block (`verl_bot_contract.think.split_think`, as the reward
     servers read it): a draft inside the block is not the answer, and a response cut off inside it has none."""
     start = split_think(text).end
     answer_text = text[start:]

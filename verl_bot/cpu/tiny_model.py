@@ -35,8 +35,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from reward_servers.common.think import THINK_CLOSE, THINK_OPEN
 from verl_bot.launch.families import BY_RECIPE_TAG, FAMILIES, Family, is_longrope
+from verl_bot_contract.think import THINK_CLOSE, THINK_OPEN
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"

@@ -10,7 +10,7 @@ BPE as in Qwen/SmolLM/Phi, SentencePiece):
 - text = `tokenizer.decode(ids, skip_special_tokens=True)`: the same text the
   scorer sees, except that think tags (`<think>`, `</think>`) a tokenizer marks
   special are kept: the reward servers find a reasoning model's think block by
-  them (`reward_servers.common.think`);
+  them (`verl_bot_contract.think`);
 - token i covers the characters that decoding `ids[: i + 1]` added to decoding
   `ids[: i]`, a decode that ends in an unfinished character counting up to it
   (computed incrementally over a short window, O(n); checked against the full
@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from reward_servers.common.think import THINK_CLOSE, THINK_OPEN
+from verl_bot_contract.think import THINK_CLOSE, THINK_OPEN
 
 REPLACEMENT_CHAR = "\ufffd"
 _WINDOW = 6  # tokens of left context when decoding one token (enough for merges across token edges)

@@ -9,7 +9,7 @@ vector, these streams (each one float per response token):
     global    G (the global score, shaping included) on the last token, 0 elsewhere
     local     S_t, the scorer's local signal of each token (no weight applied)
     step_end  1 on the last token of every step, 0 elsewhere: the steps of
-              `reward_servers.common.steps.split_steps` (a step ends with a blank line, "\\n\\n"
+              `verl_bot_contract.steps.split_steps` (a step ends with a blank line, "\\n\\n"
               or more, whitespace-only lines included), and the last token ends the last step
     outcome   the verifiable outcome on the last token (1 solved, 0 not), 0 elsewhere;
               read from the verdict's `info` (`verdict.verdict_outcome`): the first of `solved`, `correct` (math),
@@ -18,6 +18,10 @@ vector, these streams (each one float per response token):
     format    the verdict's `global.parts["format"]` on the last token (the math server's
               format bonus/penalty), 0 elsewhere; 0 when the scorer reports no such part
               (toy_lint, React), failed or flagged an `error`
+    turn_reward  in r_t's units (w_s applied, unlike the others): on each generated token, w_s times
+              the mean of S_t over its turn's generated tokens (`turns.turn_means`: a turn's own reward,
+              w_s * v_k for a scorer's turn value v_k), 0 on context tokens; a single-turn response is one
+              turn. r_t - turn_reward is w_g * G plus the token's deviation from its turn's mean S
 
 "The last token" is the response's last token, which a multi-turn rollout's mask may leave out (a
 rollout truncated inside a tool observation): estimators read `global`, `outcome` and `format` with
@@ -49,11 +53,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from reward_servers.common.steps import split_steps
 from verl_bot.credit.context import BatchContext, current, use_context
+from verl_bot.credit.turns import turn_means
 from verl_bot.errors import VerlBotConfigError
+from verl_bot_contract.steps import split_steps
 
-STREAMS = ("global", "local", "step_end", "outcome", "format")
+STREAMS = ("global", "local", "step_end", "outcome", "format", "turn_reward")
 FIELD_PREFIX = "bot_stream_"
 
 _consumers: dict[str, tuple[str, ...]] = {}
@@ -113,6 +118,8 @@ def token_streams(
     text: str,
     outcome: float,
     format_score: float = 0.0,
+    mask: np.ndarray | None = None,
+    w_local: float = 1.0,
 ) -> dict[str, list[float]]:
     """The requested streams of one response, each a list of n floats (n = number of tokens).
 
@@ -120,6 +127,7 @@ def token_streams(
         names: which of STREAMS to build.
         global_score: G. local_values: (n,) S_t. token_spans: (n, 2). text: the response text.
         outcome: `verdict.verdict_outcome(...)`. format_score: `verdict.verdict_format(...)`.
+        mask: (n,) the response mask (None: every token generated). w_local: w_s (`turn_reward` only).
     """
     n = len(local_values)
     at_last = np.zeros(n, dtype=np.float64)
@@ -136,6 +144,7 @@ def token_streams(
         "step_end": lambda: step_end_mask(token_spans, text),
         "outcome": lambda: on_last(outcome),
         "format": lambda: on_last(format_score),
+        "turn_reward": lambda: w_local * turn_means(local_values, mask),
     }
     return {name: builders[name]().tolist() for name in names}
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reward_servers.common.think import THINK_CLOSE, THINK_OPEN
+from verl_bot_contract.think import THINK_CLOSE, THINK_OPEN
 
 QWEN2_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}"

@@ -25,7 +25,6 @@ The functions are pure; nvidia-smi, the processes behind a judge's port and the 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import math
 import os
 import shutil
@@ -38,6 +37,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from verl_bot.errors import VerlBotConfigError
+from verl_bot_contract.loopback import is_loopback
 
 MIB = 2**20
 GIB = 2**30
@@ -365,18 +365,6 @@ def disk_problem(ckpt_dir: str, free_bytes: int, existing_bytes: int, params: in
         f"{params / 1e9:.2f}B parameters x {CKPT_BYTES_PER_PARAM} bytes: fp32 weights and Adam's moments); point "
         "CKPT_DIR at a disk with room"
     )
-
-
-def is_loopback(host: str) -> bool:
-    """localhost, 127.0.0.0/8, ::1 and the unspecified address (which connects to this machine)."""
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_unspecified
 
 
 def loopback_problem(nnodes: int, urls: Mapping[str, str]) -> str | None:

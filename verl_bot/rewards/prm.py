@@ -6,7 +6,7 @@ Knobs, under `reward.reward_kwargs.bot.prm` (`prm_settings`; docs/prm.md):
                     reward.reward_model.enable=true) or http(s)://host:port of a vLLM pooling server
     model           the served model's name (default: reward.reward_model.model_path)
     tokenizer       the PRM's tokenizer, a local folder or a hub id (default: model)
-    step_separator  "\\n\\n": a response's steps end at runs of it (`reward_servers.common.steps`; the default: a
+    step_separator  "\\n\\n": a response's steps end at runs of it (`verl_bot_contract.steps`; the default: a
                     blank line, whitespace-only lines included, as the reward streams' step_end)
     step_tag        "<extra_0>": the token after each step whose row the PRM scores (one token of the tokenizer)
     positive_index  1: the column of a row that is p(step is good)
@@ -45,11 +45,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reward_servers.common.steps import BLANK_LINE, Step, split_steps
-from reward_servers.common.think import split_think
 from verl_bot.credit.turns import multi_turn_enabled
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.rewards.http import LoopSession, RetriesExhausted, retried
+from verl_bot_contract.steps import BLANK_LINE, Step, split_steps
+from verl_bot_contract.think import split_think
 
 ROUTER = "router"
 ROUTER_NEEDS_RM = "prm.url=router needs reward.reward_model.enable=true, or an http:// URL"
@@ -205,9 +205,9 @@ def default_max_length(path: str, tokenizer: Any) -> int | None:
 
 
 def answer_steps(response: str, separator: str) -> list[Step]:
-    """The steps of a response's answer (`reward_servers.common.steps.split_steps`, offsets in `response`): a
+    """The steps of a response's answer (`verl_bot_contract.steps.split_steps`, offsets in `response`): a
     reasoning model's think block is not scored (as the reward servers score only what follows `</think>`:
-    `reward_servers.common.think`), and a response cut off inside its think block has no step."""
+    `verl_bot_contract.think`), and a response cut off inside its think block has no step."""
     return split_steps(response, separator, split_think(response).end)
 
 

@@ -5,7 +5,7 @@ After a rollout is generated, the agent loop (`verl_bot.vps.agent_loop`) calls `
 1. cuts: tau_0 = 0 plus up to `max_cuts` token positions of the reasoning region (the response before its
    answer marker, e.g. `<final>`, looked for only after a reasoning model's think block: a marker drafted or
    mentioned inside `<think> ... </think>` does not end the region, and a response cut off inside its think
-   block is reasoning to its end; `reward_servers.common.think`), at least `min_gap` tokens apart and from the
+   block is reasoning to its end; `verl_bot_contract.think`), at least `min_gap` tokens apart and from the
    start. `surprisal` (default) ranks the region's tokens by surprisal -log p (the rollout's own sampled-token
    log-probs: a free proxy of the entropy), keeps the top `cut_quantile` of them as candidates and takes them
    greedily, highest first, where they keep the gap; `uniform` spaces the cuts evenly. A cut at t
@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from reward_servers.common.think import split_think
 from verl_bot.advantage.vps import VPSSettings
+from verl_bot_contract.think import split_think
 
 ANSWER = "{answer}"
 TEMPLATES = {
@@ -98,7 +98,7 @@ def answer_probe(tokenizer: Any, template: str, answer: str) -> AnswerProbe:
 
 def reasoning_length(tokenizer: Any, response_ids: Sequence[int], marker: str) -> int:
     """Tokens before the answer region: the index of the token that writes the first `marker` character after the
-    response's think block (`reward_servers.common.think.split_think`; the whole response when there is none).
+    response's think block (`verl_bot_contract.think.split_think`; the whole response when there is none).
 
     len(response_ids) when the marker is absent there (or empty). Binary search over prefix decodes (O(log n)
     decodes).

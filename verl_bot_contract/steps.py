@@ -9,7 +9,7 @@ run of line breaks with nothing but spaces, tabs or carriage returns between the
 - the served PRM: the steps it scores (`verl_bot.rewards.prm.answer_steps`, `prm.step_separator`);
 - the reward streams: the `step_end` stream of PURE (`verl_bot.credit.streams.step_end_mask`).
 
-Pure `re`, nothing of verl: the math server runs without it, and verl-bot imports it from the installed wheel.
+Pure `re`, nothing of verl: the math server runs without it.
 """
 
 from __future__ import annotations

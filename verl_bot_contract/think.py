@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from reward_servers.common.service import Span
+from verl_bot_contract.verdict import Span
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 NONE, CLOSED, TRUNCATED = "none", "closed", "truncated"
@@ -71,4 +71,4 @@ def split_think(response: str, opened: bool = False) -> ThinkSplit:
 
 def think_spans(split: ThinkSplit, value: float) -> list[Span]:
     """The think block's own local signal: ``value`` on each of its characters; none when ``value`` is 0."""
-    return [Span(0, split.end, value)] if value and split.end else []
+    return [Span(start=0, end=split.end, value=value)] if value and split.end else []
