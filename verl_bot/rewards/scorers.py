@@ -17,7 +17,8 @@ and the verdict is the REWARD_API response item. Two kinds:
   multi-turn response, None for a single-turn one; docs/REWARD_API.md).
 
 A scorer spec (config value) is one of:
-    "builtin:toy_lint"                      a scorer shipped with verl-bot (toy_lint, toy_math, toy_calc)
+    "builtin:toy_lint"                      a scorer shipped with verl-bot (`BUILTIN_SCORERS`: toy_lint, toy_math,
+                                            toy_calc), imported when a run first scores with it
     "python:my_pkg.my_module:my_function"   any importable function
     "http://127.0.0.1:8801"                 a reward server; several URLs as a
     ["http://a:8801", "http://b:8801"]      list or comma-separated string
@@ -41,11 +42,16 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.rewards.builtin import toy_calc, toy_lint, toy_math
 from verl_bot.rewards.http import LoopSession, RetriesExhausted, retried
 from verl_bot.rewards.noise import LocalNoise
 
-BUILTIN_SCORERS: dict[str, Callable[..., Any]] = {"toy_lint": toy_lint, "toy_math": toy_math, "toy_calc": toy_calc}
+# name -> "module:function" of each scorer shipped with verl-bot, one row each; its module is imported when a run
+# first scores a row with it (a run that names none loads none, and toy_math's alone loads the math server)
+BUILTIN_SCORERS: dict[str, str] = {
+    "toy_lint": "verl_bot.rewards.builtin:toy_lint",
+    "toy_math": "verl_bot.rewards.builtin:toy_math",
+    "toy_calc": "verl_bot.rewards.builtin:toy_calc",
+}
 # data_source -> scorer spec used when the config names no scorer for it
 DEFAULT_SCORERS: dict[str, str] = {name: f"builtin:{name}" for name in BUILTIN_SCORERS}
 TOKEN_ENV = "REWARD_SERVER_TOKEN"  # the reward servers' bearer-token variable (reward_servers/common/service.py)
@@ -68,19 +74,24 @@ OPTIONAL_ITEM_KEYS = ("turns", "trajectories")  # request keys a python: scorer 
 
 class PythonScorer:
     """Runs an in-process scoring function (sync functions in a worker thread); `noise` makes its local signal
-    noisy (`verl_bot.rewards.noise`)."""
+    noisy (`verl_bot.rewards.noise`). `fn` is the function, or its "module:function" path, imported on first use."""
 
-    def __init__(self, fn: Callable[..., Any], noise: LocalNoise | None = None):
-        self.fn = fn
-        self.is_async = inspect.iscoroutinefunction(fn)
-        parameters = inspect.signature(fn).parameters
-        self.optional = [key for key in OPTIONAL_ITEM_KEYS if key in parameters]  # passed when the signature has them
+    def __init__(self, fn: Callable[..., Any] | str, noise: LocalNoise | None = None):
+        self._fn = fn
         self.noise = noise
 
+    @functools.cached_property
+    def function(self) -> tuple[Callable[..., Any], bool, list[str]]:
+        """The function, whether it is async, and the optional item keys its signature takes (passed to it)."""
+        fn = _load_function(self._fn) if isinstance(self._fn, str) else self._fn
+        parameters = inspect.signature(fn).parameters
+        return fn, inspect.iscoroutinefunction(fn), [key for key in OPTIONAL_ITEM_KEYS if key in parameters]
+
     async def score(self, item: dict) -> dict:
+        fn, is_async, optional = self.function
         args = (item["prompt"], item["response"], item.get("ground_truth"), item.get("extra_info"))
-        call = functools.partial(self.fn, *args, **{key: item.get(key) for key in self.optional})
-        if self.is_async:
+        call = functools.partial(fn, *args, **{key: item.get(key) for key in optional})
+        if is_async:
             verdict = await call()
         else:
             verdict = await asyncio.get_running_loop().run_in_executor(None, call)
