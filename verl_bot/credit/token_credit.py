@@ -202,7 +202,7 @@ def token_credit(scored: Verdict | ScorerFailure, layout: TokenLayout, settings:
         token_rewards = compose_token_rewards(score, local, settings.w_global, settings.w_local).tolist()
         if settings.streams:
             streams = token_streams(settings.streams, score, local, output.token_spans, output.text, outcome,
-                                    format_score)
+                                    format_score, output.mask, settings.w_local)
             forms.append({"token_rewards": token_rewards, "streams": streams})
         else:
             forms.append(token_rewards)

@@ -11,6 +11,7 @@ turn before it (a context run before any assistant token to turn 0).
 - `turn_token_values`: a verdict's per-turn values on tokens: each value on every mask-1 token of its turn (its
   EOS included), 0 on context tokens;
 - `turn_count`: how many assistant turns a response has;
+- `turn_means`: each generated token's turn mean of a per-token value (the `turn_reward` stream's values);
 - `rollout_mask`, `multi_turn_info`: the mask and verl's multi-turn fields out of what the reward worker gets;
 - `multi_turn_enabled`: a multi-turn run (the start-up refusal of `pure`, whose blank-line
   steps) in one.
@@ -102,6 +103,26 @@ def turn_token_values(turns: Sequence[dict], mask: Sequence[int]) -> np.ndarray:
         per_turn[int(entry["turn"])] += float(entry["value"])
     values = per_turn[ids] if len(ids) else np.zeros(0, dtype=np.float64)
     return np.where(np.asarray(mask) != 0, values, 0.0)
+
+
+def turn_means(values: Sequence[float], mask: Sequence[int] | None) -> np.ndarray:
+    """Each generated token's turn mean of `values`: the mean of `values` over the mask-1 tokens of its turn.
+
+    Args:
+        values: (n,) a value per token (e.g. S_t).
+        mask: (n,) response mask, or None: every token generated (one turn).
+
+    Returns:
+        (n,) float64; 0 on mask-0 tokens.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    generated = np.ones(len(values), dtype=bool) if mask is None else np.asarray(mask) != 0
+    if not generated.any():
+        return np.zeros(len(values), dtype=np.float64)
+    ids = turn_ids(generated.astype(np.int64))
+    sums = np.bincount(ids[generated], weights=values[generated], minlength=int(ids.max()) + 1)
+    counts = np.bincount(ids[generated], minlength=int(ids.max()) + 1)
+    return np.where(generated, sums[ids] / np.maximum(counts[ids], 1), 0.0)
 
 
 def rollout_mask(fields: dict | None, num_turns: int | None, length: int) -> np.ndarray | None:
