@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import add_common_args, serve
-from reward_servers.math.server import ANSWER_TYPES, JUDGE_KINDS, UNTAGGED_STEPS, MathConfig, MathScorer
+from reward_servers.math.config import ANSWER_TYPES, JUDGE_KINDS, UNTAGGED_STEPS, MathConfig
+from reward_servers.math.server import MathScorer
 from reward_servers.math.step_judge import STRATEGIES
 
 JUDGE_ENV_PREFIX = "MATH_JUDGE_"

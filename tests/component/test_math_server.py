@@ -19,7 +19,8 @@ import requests
 from reward_servers.common.fake_judge import FakeJudge, Rule, last_user_text
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import ServerThread, create_app
-from reward_servers.math.server import MathConfig, MathScorer
+from reward_servers.math.config import MathConfig
+from reward_servers.math.server import MathScorer
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

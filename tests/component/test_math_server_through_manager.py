@@ -10,7 +10,8 @@ import pytest
 from reward_servers.common.fake_judge import FakeJudge
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import ServerThread, create_app
-from reward_servers.math.server import MathConfig, MathScorer
+from reward_servers.math.config import MathConfig
+from reward_servers.math.server import MathScorer
 from tests.component.test_math_server import RULES, steps
 from tests.component.test_reward_manager import make_batch, worker_for
 from tests.reference import token_spans

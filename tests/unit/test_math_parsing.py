@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from reward_servers.math.config import MathConfig
 from reward_servers.math.parsing import (
     aime_ground_truth,
     as_int_literal,
@@ -15,8 +16,8 @@ from reward_servers.math.parsing import (
     parse_response,
     problem_text,
 )
-from reward_servers.math.server import MathConfig, format_score, step_spans
 from reward_servers.math.step_judge import build_messages, fill, load_prompts, parse_verdict, window_indices
+from reward_servers.math.verdict import format_score, step_spans
 
 GOOD = "Let me think.\n<step 1>We need 3 * 11.</step 1>\n<step 2>That is 33.</step 2>\n<final>\\boxed{033}</final>"
 
