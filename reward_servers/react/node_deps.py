@@ -1,6 +1,6 @@
 """Where the React server's Node dependencies live, and the command that installs them there.
 
-The Node side (``node/worker.mjs``: esbuild, ESLint, Tailwind, Playwright) needs the packages locked by
+The Node side (``node/*.mjs``: esbuild, ESLint, Tailwind, Playwright) needs the packages locked by
 ``package.json`` + ``package-lock.json`` in a ``node_modules`` folder. In a clone that is this folder
 (``reward_servers/react/node_modules``, what ``make setup`` installs); an installed verl-bot (a wheel in
 site-packages) keeps them outside site-packages, in ``$XDG_CACHE_HOME/verl-bot/react`` (``~/.cache`` when unset).
