@@ -7,7 +7,8 @@ A task plugs in a :class:`Scorer` (one coroutine scoring ONE item); :func:`creat
   independently: a malformed item, an exception or a per-item timeout turns into an error result for that item only
   (``global.score`` = the scorer's documented sentinel, ``error`` = a message).
 - request bodies over ``max_request_bytes`` get 413, a missing/wrong bearer token 401 (when a token is set),
-  a body that is not a JSON object with an ``items`` list 400.
+  a body that is not a JSON object with an ``items`` list, nests deeper than ``MAX_JSON_DEPTH`` or has ``options``
+  that are not an object 400: whatever the body, never a 5xx (which the manager retries as a transient fault).
 
 Strings are sanitised before the scorer sees them: lone surrogates (from ``\\udXXX`` escapes or invalid UTF-8 bytes
 in the body) become U+FFFD one-for-one, so character offsets stay valid, and the item gets the ``invalid_utf8`` flag.
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_ITEMS = 4096
 DEFAULT_ITEM_TIMEOUT_S = 300.0
+MAX_JSON_DEPTH = 64  # a body nested deeper is refused (400); a request of the contract nests about 6 levels deep
 TOKEN_ENV = "REWARD_SERVER_TOKEN"
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -171,6 +173,17 @@ def parse_item(raw: Any, index: int) -> ScoreItem:
     )
 
 
+def json_depth(value: Any) -> int:
+    """The nesting depth of a parsed JSON value (a scalar 0, ``[]`` 1), walked without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, level + 1)
+            stack.extend((v, level + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
 def dumps(obj: Any) -> bytes:
     """JSON encoding for responses: ASCII-only (no surrogate can break it); a non-finite float, which only an
     ``info`` or a health detail can hold (a verdict's numbers are checked), becomes null."""
@@ -277,6 +290,8 @@ def create_app(
     app = FastAPI(title=f"{scorer.name} reward server", version=str(scorer.version), lifespan=lifespan)
     app.state.scorer = scorer
 
+    too_deep = f"body nested deeper than {MAX_JSON_DEPTH} levels"
+
     def reply(status: int, obj: Any) -> Response:
         return Response(content=dumps(obj), status_code=status, media_type="application/json")
 
@@ -310,6 +325,10 @@ def create_app(
             body = json.loads(b"".join(chunks).decode("utf-8", errors="surrogateescape"))
         except ValueError as e:
             return reply(400, {"error": f"body is not JSON: {e}"})
+        except RecursionError:  # nested deeper than the parser goes
+            return reply(400, {"error": too_deep})
+        if json_depth(body) > MAX_JSON_DEPTH:
+            return reply(400, {"error": too_deep})
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
             return reply(400, {"error": "body must be an object with an 'items' list"})
         if len(body["items"]) > max_items:
