@@ -73,6 +73,7 @@ from verl_bot.advantage import EstimatorSpec, estimator_spec
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.launch.families import longrope_problem, read_hf_config
 from verl_bot.launch.trainer_modes import trainer_mode_problem
+from verl_bot.launch.verl_surface import surface_problem
 from verl_bot.losses import LOSSES, LossSpec, loss_name
 from verl_bot.observe import panels, token_records
 from verl_bot.rewards.prm import prm_problem
@@ -247,7 +248,7 @@ def check_config(config: Any) -> None:
     problem = chat_template_problem(config.actor_rollout_ref.get("model") or {}) or rope_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
-    problem = trainer_mode_problem(config)
+    problem = trainer_mode_problem(config) or surface_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
     settings = manager_settings(config) if bot_manager else None
