@@ -14,7 +14,8 @@ randomly initialised `Qwen2ForCausalLM` of a few layers.
 single tokens, and a short supervised pre-training on the task's worked solutions (`verl_bot.cpu.toy_math`),
 so the model writes the format but makes mistakes (deterministic for the seed, single-threaded: about 2 minutes).
 `--warm-start toy_calc`: the same for the tool task `verl_bot.cpu.toy_calc` (a tool call, the tool's answer, a final
-answer; trained on the assistant turns only).
+answer; trained on the assistant turns only); `--warm-start toy_turns` for `verl_bot.cpu.toy_turns` (the same tool,
+one, two or three turns).
 Without it the model and tokenizer are the `toy_lint` ones, unchanged.
 
 A tiny step process reward model (`Qwen2ForProcessRewardModel`) has its own command: `verl_bot.cpu.tiny_prm`.
@@ -45,7 +46,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-WARM_STARTS = (None, "toy_math", "react", "toy_calc")
+WARM_STARTS = (None, "toy_math", "react", "toy_calc", "toy_turns")
 
 _CORPUS = [
     "You are a helpful assistant. Write a short answer.",
@@ -139,10 +140,11 @@ def build_model(
         template = toy_math.prompt_template_of(prompts) if prompts is not None else None
         corpus = toy_math.tokenizer_corpus() + ([template] if template is not None else [])
         tokenizer = build_tokenizer(out_dir, extra_corpus=corpus, tags=toy_math.TAG_TOKENS, family=fam)
-    elif warm_start == "toy_calc":
-        from verl_bot.cpu import toy_calc
+    elif warm_start in ("toy_calc", "toy_turns"):
+        from verl_bot.cpu import toy_calc, toy_turns
 
-        tokenizer = build_tokenizer(out_dir, extra_corpus=toy_calc.tokenizer_corpus(), tags=toy_calc.TAG_TOKENS,
+        tool_task = toy_calc if warm_start == "toy_calc" else toy_turns
+        tokenizer = build_tokenizer(out_dir, extra_corpus=tool_task.tokenizer_corpus(), tags=tool_task.TAG_TOKENS,
                                     family=fam)
     elif warm_start == "react":
         from verl_bot.cpu import toy_react
@@ -169,8 +171,8 @@ def build_model(
             if template is not None:
                 kwargs = {"prompt_template": template, **kwargs}
             summary["warm_start"] = toy_math.warm_start(model, tokenizer, seed=seed, **kwargs)
-        elif warm_start == "toy_calc":
-            summary["warm_start"] = toy_calc.warm_start(model, tokenizer, seed=seed, **kwargs)
+        elif warm_start in ("toy_calc", "toy_turns"):
+            summary["warm_start"] = tool_task.warm_start(model, tokenizer, seed=seed, **kwargs)
         else:
             summary["warm_start"] = toy_react.warm_start(model, tokenizer, texts, seed=seed, **kwargs)
     save(model, out_dir)

@@ -29,7 +29,7 @@ from verl_bot.rewards.calc import evaluate, tool_call
 TAG_TOKENS = ["<tool_call>", "</tool_call>", "<final>", "</final>"]
 
 
-def _perturbed(problem: Problem, rng: random.Random) -> str:
+def perturbed(problem: Problem, rng: random.Random) -> str:
     """`problem`'s expression with one of its numbers changed to another digit."""
     numbers = [problem.start, *(b for _, b in problem.ops)]
     k = rng.randrange(len(numbers))
@@ -40,7 +40,7 @@ def _perturbed(problem: Problem, rng: random.Random) -> str:
 def chat(problem: Problem, rng: random.Random, wrong_call: float = 0.0, ignore_tool: float = 0.0) -> list[dict]:
     """The messages after the user's: the tool call (its expression wrong with probability `wrong_call`), the
     tool's answer, the final answer (another digit than the tool's with probability `ignore_tool`)."""
-    expression = _perturbed(problem, rng) if rng.random() < wrong_call else problem.expression
+    expression = perturbed(problem, rng) if rng.random() < wrong_call else problem.expression
     result = evaluate(expression)
     answer = result
     if rng.random() < ignore_tool:

@@ -1,4 +1,4 @@
-"""The built-in in-process scorers of the CPU tasks: `toy_lint`, `toy_math` and `toy_calc`.
+"""The built-in in-process scorers of the CPU tasks: `toy_lint`, `toy_math`, `toy_calc` and `toy_turns`.
 
 `toy_lint` has the shape of the React reward's ESLint part (a global score plus
 penalties on spans of the response) on a task a tiny model can learn on a CPU:
@@ -24,6 +24,13 @@ scores per turn from the request's turn layout (`turns`): G = 1[the last turn's 
 `correct`); turn 0 gets `TURN_VALUE` when its tool call sends the problem's expression, else -`TURN_VALUE`; the last
 turn, when there is one after the tool's reply, `TURN_VALUE` when its answer is what the tool returned, else
 -`TURN_VALUE`. Values of both signs (centred): a turn earns for doing its part right, not for existing.
+
+`toy_turns` (the same tool, the model chooses how many turns: `verl_bot.cpu.toy_turns`): G = 1[the last turn's
+`<final>` is the answer]; each turn before the answer turn (and the last turn when it has no answer) is a call:
+`TURN_VALUE` when it is the first to send the problem's expression, else -`TURN_VALUE` (a wrong, repeated or
+unparseable call: a wasted turn); the answer turn `TURN_VALUE` when it answers what the tool last returned,
+-`TURN_VALUE` when it does not, 0 when no turn called the tool. Flags (`reward/flag/<name>/mean`: the share of
+rollouts): `direct` (answered without a call), `wasted_call` (a call valued -`TURN_VALUE`), `no_final`.
 """
 
 from __future__ import annotations
@@ -127,4 +134,37 @@ def toy_calc(prompt: Any, response: str, ground_truth: Any = None, extra_info: A
         "turns": turns_out,
         "info": {"correct": correct, "solved": correct, "tool_called": called is not None},
         "flags": [] if called is not None else ["no_tool_call"],
+    }
+
+
+def _compact(expression: str) -> str:
+    return expression.replace(" ", "")
+
+
+def toy_turns(prompt: Any, response: str, ground_truth: Any = None, extra_info: Any = None,
+              turns: list[dict] | None = None) -> dict:
+    """Score a `toy_turns` rollout per turn (see the module docstring); returns a REWARD_API verdict with `turns`."""
+    texts = assistant_turns(response, turns)
+    expected = _expression(prompt, extra_info)
+    answer = final_answer(texts[-1])
+    calls = texts if answer is None else texts[:-1]
+    values, sent, last_call = [], False, None
+    for text in calls:
+        called = called_expression(text)
+        first_right = called is not None and not sent and _compact(called) == expected
+        sent, last_call = sent or first_right, called if called is not None else last_call
+        values.append(TURN_VALUE if first_right else -TURN_VALUE)
+    if answer is not None:
+        used_tool = last_call is not None and answer == evaluate(last_call)
+        values.append(0.0 if not calls else TURN_VALUE if used_tool else -TURN_VALUE)
+    correct = answer is not None and answer == str(ground_truth).strip()
+    flags = [name for name, hit in (("direct", answer is not None and not calls),
+                                    ("wasted_call", -TURN_VALUE in values[: len(calls)]),
+                                    ("no_final", answer is None)) if hit]
+    return {
+        "global": {"score": float(correct), "parts": {"correct": float(correct)}},
+        "local": [],
+        "turns": [{"turn": k, "value": v} for k, v in enumerate(values)],
+        "info": {"correct": correct, "solved": correct, "calls": len(calls)},
+        "flags": flags,
     }

@@ -51,6 +51,7 @@ BUILTIN_SCORERS: dict[str, str] = {
     "toy_lint": "verl_bot.rewards.builtin:toy_lint",
     "toy_math": "verl_bot.rewards.builtin:toy_math",
     "toy_calc": "verl_bot.rewards.builtin:toy_calc",
+    "toy_turns": "verl_bot.rewards.builtin:toy_turns",
 }
 # data_source -> scorer spec used when the config names no scorer for it
 DEFAULT_SCORERS: dict[str, str] = {name: f"builtin:{name}" for name in BUILTIN_SCORERS}
