@@ -159,6 +159,18 @@ def test_the_start_up_check_wants_two_rollouts_per_prompt():
         "rollouts per prompt (a group of one gets advantage 0); set actor_rollout_ref.rollout.n >= 2")
 
 
+def test_a_loss_that_averages_a_responses_advantages_is_refused_for_both():
+    from omegaconf import OmegaConf
+
+    from verl_bot.launch.verl_surface import sequence_loss_problem
+
+    for estimator in ("turn_bot", "turn_index_biased"):
+        config = OmegaConf.create({"algorithm": {"adv_estimator": estimator},
+                                   "actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": "geo_mean"}}}})
+        assert sequence_loss_problem(config).startswith(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean with adv_estimator={estimator}: ")
+
+
 def test_the_reference_by_hand():
     # group of two, as test_turn_bot_by_hand: outcomes O = 1, 0; turn 0: U = 1, 0.5 (both), turn 1: U = -1 alone
     mask = torch.tensor([[1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0]])

@@ -462,7 +462,7 @@ ROWS: tuple[Row, ...] = (*CHOICE_ROWS, *KEY_ROWS)
 
 # ------------------------------------------------------------------------------------------ the refusals
 SEQUENCE_LOSSES = {"geo_mean": "verl's GMPO loss averages each response's advantages into one"}
-TOKEN_CREDIT = ("bot", "pure", "pass", "vps", "grail")  # methods whose advantages differ between a response's tokens
+TOKEN_CREDIT = ("bot", "pure", "pass", "vps", "grail", "turn_bot", "turn_index_biased")  # per-token credit
 TEXT_ONLY_METHODS = {
     "vps": "its belief probes send the prompt's token ids without its images",
     "grail": "its saliency is computed for text-only models (verl_bot/hooks/engine_forward_step.py)",
