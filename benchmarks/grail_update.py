@@ -18,7 +18,7 @@ with the median share of GRAIL's update spent in the saliency (its `grail/salien
 Memory: peak extra resident memory of one update (VmHWM reset before it, minus VmRSS before it), in a
 fresh process per algorithm with glibc's mmap threshold lowered so freed buffers return to the OS.
 Trainer side: the time to find the answer spans of the batch's responses and map them to tokens
-(`verl_bot.hooks.v1.update_actor.response_span_codes`, the tiny model's byte-level BPE tokenizer), per 1000
+(`verl_bot.advantage.grail_update.response_span_codes`, the tiny model's byte-level BPE tokenizer), per 1000
 response tokens.
 """
 
@@ -65,7 +65,7 @@ def span_codes_ms_per_1k_tokens(args, model_dir: str) -> float:
     import torch
     from transformers import AutoTokenizer
 
-    from verl_bot.hooks.v1.update_actor import response_span_codes
+    from verl_bot.advantage.grail_update import response_span_codes
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     tail = tok.encode("<final>7</final>", add_special_tokens=False)
@@ -73,7 +73,7 @@ def span_codes_ms_per_1k_tokens(args, model_dir: str) -> float:
     rows = [torch.cat([torch.randint(3, len(tok), (args.response - len(tail),), generator=gen), torch.tensor(tail)])
             for _ in range(args.rows)]
     start = time.perf_counter()
-    codes = response_span_codes(tok, rows, "auto")
+    codes = response_span_codes(tok, [row.tolist() for row in rows], "auto")
     elapsed = time.perf_counter() - start
     assert all(c.any() for c in codes)
     return 1000 * elapsed / (sum(len(r) for r in rows) / 1000)

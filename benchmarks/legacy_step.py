@@ -4,11 +4,11 @@
 
 verl's legacy trainer (`trainer.use_v1=false`) calls `ray_trainer.compute_advantage` and then
 `ray_trainer.compute_data_metrics` on the step's whole `DataProto`, on its driver. Both are verl-bot's wrappers
-(verl_bot/hooks/legacy/trainer.py) inside a legacy `fit` of a verl-bot run; timed here in one process on one
+(verl_bot/hooks/legacy/trainer.py) for the legacy trainer of a verl-bot run; timed here in one process on one
 batch (rows x tokens token rewards with the legacy trainer's padded tensors and one `reward_extra_info` dict a
 row, as the bot manager leaves them; a tenth of the rows failed), interleaved each round:
 
-- `bot`: `algorithm.adv_estimator=bot` with the `bot` manager, inside the legacy `fit` of a verl-bot run: the
+- `bot`: `algorithm.adv_estimator=bot` with the `bot` manager, the legacy trainer of a verl-bot run: the
   batch context, failed rows out of their groups, the estimator, the reward metrics (what verl-bot adds);
 - `grpo`: verl's `grpo` on the same batch outside verl-bot (verl's functions as they are): the baseline.
 
@@ -41,15 +41,16 @@ def make_batch(rows: int, tokens: int, group: int, seed: int = 0):
     infos = np.empty(rows, dtype=object)
     infos[:] = [{"score": float(i % 3), "scorer_failed": float(i % 10 == 0), "local_signal": 1.0, "flags": ""}
                 for i in range(rows)]
-    batch = TensorDict({"token_level_scores": rewards, "token_level_rewards": rewards.clone(), "response_mask": mask,
-                        "prompts": ones, "responses": mask.clone(), "attention_mask": torch.cat([ones, mask], 1)},
-                       batch_size=rows)
+    batch = TensorDict({"token_level_scores": rewards, "token_level_rewards": rewards.clone(),
+                        "rm_scores": rewards.clone(), "response_mask": mask, "prompts": ones, "responses": mask.clone(),
+                        "attention_mask": torch.cat([ones, mask], 1)}, batch_size=rows)
     uids = np.array([f"g{i // group}" for i in range(rows)], dtype=object)
-    from verl_bot.step.rows import DENSE_MARK  # each row as verl-bot's agent-loop hook leaves a dense one
+    from verl_bot.training.rows import DENSE_MARK, row_checksum  # each row as verl-bot's agent-loop hook leaves it
 
+    marks = np.array([row_checksum(rewards[i, : int(n)]) for i, n in enumerate(lengths)], dtype=object)
     return DataProto(batch=batch, non_tensor_batch={"uid": uids, "reward_extra_info": infos,
                                                     "data_source": np.array(["toy"] * rows, dtype=object),
-                                                    DENSE_MARK: np.ones(rows, dtype=np.int64)})
+                                                    DENSE_MARK: marks})
 
 
 def main() -> None:
@@ -67,7 +68,7 @@ def main() -> None:
     from verl.trainer.ppo import ray_trainer
 
     from verl_bot.cpu.actor_engine import compose_trainer_config
-    from verl_bot.hooks.legacy.trainer import active
+    from verl_bot.hooks.legacy import trainer as legacy_trainer
 
     configs = {
         "bot": compose_trainer_config(["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot",
@@ -78,9 +79,9 @@ def main() -> None:
     def step(name: str, data) -> None:
         config = configs[name]
         trainer = SimpleNamespace(config=config, global_steps=1, total_training_steps=100)
-        with active(trainer):
-            out = ray_trainer.compute_advantage(data, config.algorithm.adv_estimator, config=config.algorithm)
-            ray_trainer.compute_data_metrics(out, use_critic=False)
+        legacy_trainer._trainer[:] = [trainer] if name == "bot" else []  # what RayPPOTrainer.__init__'s hook does
+        out = ray_trainer.compute_advantage(data, config.algorithm.adv_estimator, config=config.algorithm)
+        ray_trainer.compute_data_metrics(out, use_critic=False)
 
     for name in configs:  # warm-up: imports, the estimators' first calls
         step(name, make_batch(args.rows, args.tokens, args.group))

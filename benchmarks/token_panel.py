@@ -1,4 +1,4 @@
-"""Benchmark: what the token-credit panel adds to a logged training step (verl_bot/hooks/v1/tracker_panel.py).
+"""Benchmark: what the token-credit panel adds to a logged training step (verl_bot/training/panel.py, on v1).
 
     .venv/bin/python benchmarks/token_panel.py [--rows 256] [--group 8] [--tokens 4096] [--prompt 512]
                                                [--repeats 5]
@@ -10,8 +10,8 @@ step's trajectories, put as verl's agent loop puts them (`--rows` rollouts in gr
 
 Baseline, measured in the same run on the same step: what verl itself does for every step's metrics: its
 `PPOTrainer._compute_metrics` (its TransferQueue read of the step and its metric functions) and `Tracking.log`
-of those scalars to the same trackers. Measured: `tracker_panel.log_panel`, all a logged step adds (its two
-TransferQueue reads, the histograms of r_t, S_t and A_t over every token, the panel's token records, the HTML and
+of those scalars to the same trackers. Measured: `panel.panel_of` and `panel.send_panel` on the step read through
+`verl_bot.hooks.v1.batch.TQBatch`, all a logged step adds (its TransferQueue reads, the histograms of r_t, S_t and A_t over every token, the panel's token records, the HTML and
 the Markdown panel, both trackers), at the knobs' defaults (4 rollouts x 256 tokens) and at 4x both; and both
 again on a step of a quarter of the rows (what grows with the batch: the reads and histograms; the panel
 itself is bounded by the knobs). Calls alternate, `--repeats` rounds; each call's wall-clock and this process's
@@ -101,11 +101,11 @@ def make_trainer(tokenizer, trackers):
 
 def panel_sizes(tq, trainer, batch, settings) -> tuple[int, int]:
     """Bytes of the HTML and of the Markdown panel of `batch` at `settings`."""
-    from verl_bot.hooks.v1 import tracker_panel
+    from verl_bot.hooks.v1.batch import TQBatch
     from verl_bot.observe import panels
+    from verl_bot.training.panel import panel_of
 
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "prompts"])
-    records = tracker_panel.panel_records(trainer, batch, data, [False] * len(batch.keys), settings.rollouts)
+    records = panel_of(trainer, TQBatch(batch), settings).records
     return tuple(len(build(1, "bot", records, settings.tokens).encode())
                  for build in (panels.panel_html, panels.panel_markdown))
 
@@ -131,9 +131,9 @@ def main(argv=None) -> int:
     from verl.utils.tracking import Tracking
 
     from verl_bot.cpu.tiny_model import build_tokenizer
-    from verl_bot.hooks.v1 import tracker_panel
+    from verl_bot.hooks.v1.batch import TQBatch
     from verl_bot.observe import panels
-    from verl_bot.step import panel
+    from verl_bot.training import panel
 
     logging.getLogger("transfer_queue").setLevel(logging.ERROR)  # one warning per call about this machine's cores
     temp = tempfile.mkdtemp(prefix="vbpanel", dir="/tmp")
@@ -157,16 +157,16 @@ def main(argv=None) -> int:
         trackers.log(data=metrics, step=step[0])
         return len(metrics)
 
-    def panel(batch, settings):
-        tracker_panel.log_panel(trainer, batch, settings, shown)
+    def logged_panel(batch, settings):
+        panel.send_panel(shown, panel.panel_of(trainer, TQBatch(batch), settings))
 
     calls = {("baseline", size): (lambda b=batch: baseline(b)) for size, batch in steps.items()}
-    calls |= {(name, size): (lambda b=batch, s=settings: panel(b, s))
+    calls |= {(name, size): (lambda b=batch, s=settings: logged_panel(b, s))
               for size, batch in steps.items() for name, settings in knobs.items()}
     times: dict[tuple, list[tuple[float, float]]] = {key: [] for key in calls}
     scalars = baseline(steps["full"])  # warm-up: imports, first writes
     for name in knobs:
-        panel(steps["full"], knobs[name])
+        logged_panel(steps["full"], knobs[name])
     order = list(calls)
     for n in range(args.repeats):
         for key in order[n % len(order):] + order[: n % len(order)]:

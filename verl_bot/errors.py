@@ -27,3 +27,14 @@ class RolloutEngineError(RuntimeError):
 
 class VerlApiMismatch(RuntimeError):
     """verl's installed version or API is not the one verl-bot was written against."""
+
+
+def inert(target: str, hook: str, consequence: str) -> VerlBotConfigError:
+    """The one-line stop of a verl-bot run in which one of its hooks never fired (verl took another way):
+    `target` is verl's method, `hook` verl-bot's module (e.g. "hooks/v1/multi_trajectory.py")."""
+    import verl
+
+    return VerlBotConfigError(
+        f"verl-bot: verl {verl.__version__}'s trainer went past {target} without verl-bot's hook there "
+        f"(verl_bot/{hook}): {consequence}; `python -m verl_bot.hooks.touch_points` lists the touch points"
+    )

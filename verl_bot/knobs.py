@@ -38,6 +38,12 @@ T = TypeVar("T", bound="MethodSettings")
 # A method's start-up check: (verl's composed config, the run's local parquet train files) -> why the method cannot
 # run (one line, which `verl_bot.launch.preflight` raises), or None.
 StartupCheck = Callable[[Any, list[str]], str | None]
+
+
+def enum_name(value: Any) -> str:
+    """A config value verl may give as its `Enum` (`algorithm.adv_estimator`: `AdvantageEstimator.GRPO`) as its
+    name ("grpo"); a string as it is."""
+    return str(getattr(value, "value", value))
 _INTERVAL = re.compile(r"^([\[(])\s*(-inf|[-+0-9.e]+)\s*,\s*(inf|[-+0-9.e]+)\s*([\])])$")
 
 

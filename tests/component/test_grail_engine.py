@@ -34,7 +34,8 @@ verl_bot.plugin.register()
 from transformers import AutoModelForCausalLM
 from verl_bot.advantage.grail import SETTINGS_KEY, SPAN_FIELD, GrailSettings, grail_weights, reweighted_rows
 from verl_bot.cpu.actor_engine import actor_batch, build_actor_engine, init_process_group
-from verl_bot.hooks.engine_forward_step import micro_batch_weights
+from verl_bot.advantage.grail_update import micro_batch_weights
+from verl_bot.hooks.engine_forward_step import micro_batch_view
 sys.path.insert(0, sys.argv[2])
 from test_grail import make_sequences, reference_scores
 
@@ -89,7 +90,8 @@ ref_w = grail_weights(pad(ref_scores), pad(codes).long(), mask, reweighted_rows(
 result = {}
 for packed in (True, False):
     with engine.train_mode():
-        w, stats = micro_batch_weights(engine, batch(packed=packed), settings)
+        w, stats = micro_batch_weights(micro_batch_view(engine, batch(packed=packed), (SPAN_FIELD,)),
+                                       settings.as_dict())
     result[f"weights_diff_{'packed' if packed else 'padded'}"] = float((pad(w) - ref_w).abs().max())
 result["weights_not_one"] = float((pad(w) - mask).abs().max())
 result["stats"] = stats

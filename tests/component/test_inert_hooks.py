@@ -1,8 +1,9 @@
 """A verl-bot hook that a changed verl would leave silently inert stops the run at its first use, in one line.
 
 Checked on verl's own objects: the v1 trainer's advantage step must go through verl-bot's failed-row exclusion
-(`verl_bot.step.failures`, reached through `compute_advantage_for_multi_trajectories`), and its replay buffer must
-carry verl-bot's fatal-marker check (`verl_bot.hooks.v1.replay_buffer.arm`).
+(`verl_bot.training.failures`, reached through `compute_advantage_for_multi_trajectories`), its replay buffer must
+carry verl-bot's fatal-marker check (`verl_bot.hooks.v1.replay_buffer.arm`), the `bot` manager's rows must arrive
+marked and unchanged (`verl_bot.training.rows`), and an actor update must follow an advantage call of verl-bot's.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ from verl.trainer.ppo.v1 import trainer_base
 
 from tests.conftest import compose_verl_config
 from verl_bot.credit.context import BatchContext, use_context
-from verl_bot.errors import VerlBotConfigError
-from verl_bot.hooks.compat import inert
-from verl_bot.hooks.v1.compute_advantage import _advantage_with_context, check_buffer_armed
+from verl_bot.errors import VerlBotConfigError, inert
+from verl_bot.hooks.legacy.batch import ProtoBatch
+from verl_bot.hooks.v1.compute_advantage import HOOKS as V1_HOOKS
+from verl_bot.hooks.v1.compute_advantage import check_buffer_armed
 from verl_bot.hooks.v1.replay_buffer import arm
-from verl_bot.step import failures
-from verl_bot.step.rows import DENSE_MARK
+from verl_bot.training import failures
+from verl_bot.training.actor_update import ADVANTAGE_ATTR, check_advantage_call
+from verl_bot.training.advantage import advantage_call
+from verl_bot.training.rows import DENSE_MARK, row_checksum
 
 
 class Buffer:
@@ -66,25 +70,91 @@ def test_the_stop_names_verls_version_the_target_and_the_hook():
                        "touch points")
 
 
-@pytest.mark.parametrize("marked", [False, True])
-def test_a_dense_step_whose_rows_went_past_as_dict_stops_the_run(monkeypatch, marked):
-    """The `bot` manager's rows reach the advantage step marked by verl-bot's `AgentLoopOutput.as_dict` hook; a
-    step in which none is went past it (they would hold one scalar per response) and stops, naming the hook.
-    Marked rows pass on to verl's method (here a stand-in that skips the advantage step, so the next check, of
-    `multi_trajectory`, is the one that stops)."""
-    import transfer_queue
+def dense_batch(rewards: list[list[float]], marks: list) -> DataProto:
+    """A `bot` manager's iteration as the legacy trainer holds it: right-padded rewards, per-row marks."""
+    width = max(len(r) for r in rewards)
+    scores = torch.zeros(len(rewards), width)
+    mask = torch.zeros(len(rewards), width, dtype=torch.int64)
+    for i, r in enumerate(rewards):
+        scores[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    ones = torch.ones(len(rewards), 1, dtype=torch.int64)
+    infos = np.empty(len(rewards), dtype=object)
+    infos[:] = [{"score": 0.0} for _ in rewards]
+    return DataProto(
+        batch=TensorDict({"rm_scores": scores, "response_mask": mask, "prompts": ones, "responses": mask.clone(),
+                          "attention_mask": torch.cat([ones, mask], 1)}, batch_size=len(rewards)),
+        non_tensor_batch={"uid": np.array(["u"] * len(rewards), dtype=object), "reward_extra_info": infos,
+                          "data_source": np.array(["toy"] * len(rewards), dtype=object),
+                          DENSE_MARK: np.array(marks, dtype=object)},
+    )
 
-    def kv_batch_get(keys, partition_id, select_fields):
-        extra = {"reward_extra_info": {"score": 1.0}, **({DENSE_MARK: 1} if marked else {})}
-        columns = {"extra_fields": [dict(extra) for _ in keys], "data_source": ["toy_lint"] * len(keys)}
-        return {name: columns[name] for name in select_fields}
 
-    monkeypatch.setattr(transfer_queue, "kv_batch_get", kv_batch_get)
-    trainer = SimpleNamespace(config=compose_verl_config(["algorithm.adv_estimator=bot",
+BOT_TRAINER = SimpleNamespace(config=compose_verl_config(["algorithm.adv_estimator=bot",
                                                           "reward.reward_manager.name=bot"]),
                               global_steps=1, total_training_steps=2)
-    batch = SimpleNamespace(keys=[f"u{i}_0_0" for i in range(4)], partition_id="train", tags=[{}] * 4,
-                            extra_info={}, fields=None)
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_dense_step_whose_rows_went_past_the_dense_row_hook_stops_the_run(marked):
+    """The `bot` manager's rows reach the advantage step marked by the adapter's hook (v1's here:
+    `AgentLoopOutput.as_dict`); a step in which none is went past it (they would hold one scalar per response) and
+    stops, naming the hook. Marked rows pass on to verl's computation (here a stand-in that skips the advantage
+    function, so the next check, of `multi_trajectory`, is the one that stops)."""
+    rewards = [[1.0, 0.5], [0.0]]
+    marks = [row_checksum(torch.tensor(r)) for r in rewards] if marked else ["", ""]
     hook = "multi_trajectory.py" if marked else "agent_loop_output.py"
     with pytest.raises(VerlBotConfigError, match=rf"went past .* \(verl_bot/hooks/v1/{hook}\)"):
-        _advantage_with_context(lambda *args, **kwargs: None, trainer, batch, {})
+        advantage_call(BOT_TRAINER, ProtoBatch(dense_batch(rewards, marks)), lambda: None, {}, V1_HOOKS)
+
+
+def test_a_row_whose_token_rewards_changed_on_the_way_stops_the_run_naming_it():
+    """A data plane that drops or mangles a row's token rewards between the reward loop and the advantage step (a
+    batch class handing out copies, an in-place write lost) no longer matches the row's checksum: the step stops,
+    naming the row, before any advantage is computed."""
+    rewards = [[1.0, 0.5], [0.0, 2.0]]
+    marks = [row_checksum(torch.tensor(r)) for r in rewards]
+    data = dense_batch([rewards[0], [0.0, 0.0]], marks)  # row 1 lost its 2.0
+    calls = []
+    with pytest.raises(VerlBotConfigError, match=r"token rewards of row 1 \(uid u, data_source toy, 2 tokens\) "
+                                                 r"changed between the reward loop and the advantage step"):
+        advantage_call(BOT_TRAINER, ProtoBatch(data), lambda: calls.append(1), {}, V1_HOOKS)
+    assert calls == []
+
+
+class CopyingBatch(dict):
+    """A field accessor that hands out copies (as verl's NeoProto's `batch` proxy does): a write into what it
+    returns is lost, an assignment of a whole field is kept."""
+
+    def __getitem__(self, key):
+        return super().__getitem__(key).clone()
+
+
+def test_verl_bots_writes_survive_a_batch_class_that_hands_out_copies():
+    """verl-bot writes verl's batch fields by assignment: the failed-row exclusion's zeroed advantages survive a
+    batch whose fields are copies, where an in-place write (`out.batch["advantages"][rows] = 0`) would be lost."""
+    data = SimpleNamespace(
+        batch=CopyingBatch(token_level_rewards=torch.tensor([[1.0], [0.0], [5.0]])),
+        non_tensor_batch={"uid": np.array(["a", "a", "a"], dtype=object)},
+    )
+
+    def compute(d):  # an estimator's output: every row a nonzero advantage
+        d.batch["advantages"] = torch.ones(3, 1)
+        d.batch["returns"] = torch.ones(3, 1)
+        return d
+
+    with use_context(BatchContext(failed=torch.tensor([False, False, True]))):
+        out = failures.advantages_without_failures(compute, data, "grpo")
+    assert out.batch["advantages"].tolist() == [[1.0], [1.0], [0.0]]
+    assert out.batch["token_level_rewards"].tolist() == [[1.0], [0.0], [0.0]]  # the failed row's rewards: 0
+
+
+def test_an_update_whose_iteration_skipped_the_advantage_call_stops_the_run():
+    """A trainer that computes its advantages another way (never handing its batch over where verl-bot's step logic
+    runs) stops before its actor update, naming the trainer and the hand-over."""
+    trainer = SimpleNamespace(global_steps=3)
+    with pytest.raises(VerlBotConfigError, match=r"went past PPOTrainer._compute_advantage .* SimpleNamespace "
+                                                 r"computed this iteration's advantages another way"):
+        check_advantage_call(trainer, V1_HOOKS.advantage)
+    trainer.__dict__[ADVANTAGE_ATTR] = 3
+    check_advantage_call(trainer, V1_HOOKS.advantage)  # went through at this iteration: passes

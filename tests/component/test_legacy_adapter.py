@@ -8,6 +8,7 @@ The legacy trainer end to end (vLLM rollout, 2 steps): tests/e2e/test_legacy_tra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,9 +21,9 @@ from verl.trainer.ppo import ray_trainer
 
 from tests.conftest import compose_verl_config
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
+from verl_bot.hooks.legacy import trainer as legacy_trainer
 from verl_bot.hooks.legacy.agent_loop import DENSE_KEY
-from verl_bot.hooks.legacy.trainer import active
-from verl_bot.step.rows import DENSE_MARK
+from verl_bot.training.rows import DENSE_MARK, row_checksum
 
 BOT = ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot", "trainer.use_v1=false"]
 PROMPT, RESPONSE = 3, 5  # padded widths
@@ -41,6 +42,16 @@ def padded_output(prompt: list[int], response: list[int], info: dict, dense=None
         position_ids=torch.clamp(attention.cumsum(-1) - 1, min=0), response_mask=attention[:, PROMPT:],
         attention_mask=attention, reward_score=0.0, num_turns=2, metrics=AgentLoopMetrics(), extra_fields=extra,
     )
+
+
+@contextlib.contextmanager
+def registered(trainer):
+    """`trainer` is this process's legacy trainer inside the block (what `RayPPOTrainer.__init__`'s hook does)."""
+    legacy_trainer.register(trainer)
+    try:
+        yield trainer
+    finally:
+        legacy_trainer._trainer.clear()
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +75,9 @@ def test_dense_rows_and_streams_replace_verls_last_token_scalar(worker):
         {"score": 1.0, "local_signal": 1.0}, {"score": -1.0, "scorer_error_msg": "x"}]
     assert "score" not in out.non_tensor_batch and DENSE_KEY not in out.non_tensor_batch
     assert out.meta_info["reward_extra_keys"] == []
-    assert out.non_tensor_batch[DENSE_MARK].tolist() == [1, 1]  # the advantage step checks the hook fired
+    # the advantage step checks the hook fired and the rows arrive as stored: each row's checksum
+    assert out.non_tensor_batch[DENSE_MARK].tolist() == [row_checksum(torch.tensor([0.5, -0.5, 1.0])),
+                                                         row_checksum(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]))]
 
 
 def test_a_fatal_marker_or_a_vector_of_the_wrong_length_stops_the_run(worker):
@@ -92,7 +105,7 @@ def test_a_multi_output_loop_stops_the_legacy_run(worker):
 
 def legacy_batch(rewards: list[list[float]], uids: list[str], failed: list[bool], marked: bool = True) -> DataProto:
     """A legacy trainer's batch at its advantage step: right-padded (B, T) rewards and masks, per-row dicts and
-    (`marked`) the dense-row mark verl-bot's `_postprocess` hook writes."""
+    (`marked`) the dense-row mark verl-bot's `_postprocess` hook writes: each row's checksum."""
     width = max(len(r) for r in rewards)
     scores = torch.zeros(len(rewards), width)
     mask = torch.zeros(len(rewards), width, dtype=torch.int64)
@@ -103,12 +116,13 @@ def legacy_batch(rewards: list[list[float]], uids: list[str], failed: list[bool]
     infos[:] = [{"score": 0.0, "scorer_failed": float(f)} for f in failed]
     ones = torch.ones(len(rewards), 1, dtype=torch.int64)
     return DataProto(
-        batch=TensorDict({"token_level_rewards": scores, "token_level_scores": scores.clone(), "response_mask": mask,
-                          "prompts": ones, "responses": mask.clone(), "attention_mask": torch.cat([ones, mask], 1)},
-                         batch_size=len(rewards)),
+        batch=TensorDict({"token_level_rewards": scores, "token_level_scores": scores.clone(), "rm_scores": scores.clone(),
+                          "response_mask": mask, "prompts": ones, "responses": mask.clone(),
+                          "attention_mask": torch.cat([ones, mask], 1)}, batch_size=len(rewards)),
         non_tensor_batch={"uid": np.array(uids, dtype=object), "reward_extra_info": infos,
                           "data_source": np.array(["toy"] * len(rewards), dtype=object),
-                          **({DENSE_MARK: np.ones(len(rewards), dtype=np.int64)} if marked else {})},
+                          **({DENSE_MARK: np.array([row_checksum(torch.tensor(r)) for r in rewards], dtype=object)}
+                             if marked else {})},
     )
 
 
@@ -117,7 +131,7 @@ def test_a_dense_step_whose_rows_went_past_the_agent_loop_hook_stops_the_run():
     stacks its outputs another way: one scalar per response) stop the advantage step, naming the hook."""
     trainer = SimpleNamespace(config=compose_verl_config(BOT), global_steps=1, total_training_steps=2)
     data = legacy_batch([[1.0, 1.0], [0.0, 0.0]], ["a", "a"], [False, False], marked=False)
-    with active(trainer), pytest.raises(VerlBotConfigError, match=r"went past AgentLoopWorker._postprocess .*"
+    with registered(trainer), pytest.raises(VerlBotConfigError, match=r"went past AgentLoopWorker._postprocess .*"
                                                                   r"\(verl_bot/hooks/legacy/agent_loop.py\)"):
         ray_trainer.compute_advantage(data, "bot", config=trainer.config.algorithm)
 
@@ -127,7 +141,7 @@ def test_legacy_advantages_are_bot_of_the_rows_whose_scorer_answered():
     # group a: three rollouts, the third failed; group b: two rollouts, one failed (the other is left alone)
     data = legacy_batch([[1.0, 1.0], [0.0, 0.0], [9.0, 9.0], [2.0], [5.0]], ["a", "a", "a", "b", "b"],
                         [False, False, True, False, True])
-    with active(trainer):
+    with registered(trainer):
         out = ray_trainer.compute_advantage(data, "bot", config=trainer.config.algorithm)
         metrics = ray_trainer.compute_data_metrics(out, use_critic=False)
     # group a without its failed row: 4 tokens of weight 1/(K L) = 1/4, rewards 1,1,0,0: mean 0.5, std 0.5
@@ -145,8 +159,8 @@ def test_legacy_advantages_are_bot_of_the_rows_whose_scorer_answered():
 def test_what_the_legacy_trainer_cannot_run_is_refused_before_ray(overrides, message):
     from verl_bot.launch.trainer_modes import trainer_mode_problem
 
-    assert message in trainer_mode_problem(compose_verl_config(overrides))
-    assert trainer_mode_problem(compose_verl_config(["algorithm.adv_estimator=grail"])) is None  # v1: runs
+    assert message in trainer_mode_problem(compose_verl_config(overrides), "legacy")
+    assert trainer_mode_problem(compose_verl_config(["algorithm.adv_estimator=grail"]), "v1") is None  # v1: runs
 
 
 def test_verl_090s_legacy_trainer_on_the_cpu_is_refused_before_ray_without_flash_attn(monkeypatch):
@@ -157,17 +171,17 @@ def test_verl_090s_legacy_trainer_on_the_cpu_is_refused_before_ray_without_flash
     from verl_bot.launch.trainer_modes import trainer_mode_problem
 
     legacy_cpu = compose_verl_config(["trainer.use_v1=false", "trainer.device=cpu"])
-    assert trainer_mode_problem(legacy_cpu) is None  # verl 0.9.1
+    assert trainer_mode_problem(legacy_cpu, "legacy") is None  # verl 0.9.1
     monkeypatch.setattr(verl, "__version__", "0.9.0")
-    assert "trainer.use_v1=false on the CPU with verl 0.9.0" in trainer_mode_problem(legacy_cpu)
-    assert trainer_mode_problem(compose_verl_config(["trainer.device=cpu"])) is None  # v1
-    assert trainer_mode_problem(compose_verl_config(["trainer.use_v1=false"])) is None  # a GPU node
+    assert "trainer.use_v1=false on the CPU with verl 0.9.0" in trainer_mode_problem(legacy_cpu, "legacy")
+    assert trainer_mode_problem(compose_verl_config(["trainer.device=cpu"]), "v1") is None  # v1
+    assert trainer_mode_problem(compose_verl_config(["trainer.use_v1=false"]), "legacy") is None  # a GPU node
 
 
-def test_outside_a_legacy_verl_bot_fit_the_functions_are_verls():
+def test_without_a_legacy_verl_bot_trainer_the_functions_are_verls():
     data = legacy_batch([[1.0, 1.0], [0.0, 0.0]], ["a", "a"], [False, True])
     out = ray_trainer.compute_advantage(data, "grpo", config=compose_verl_config(BOT).algorithm)
-    # verl's GRPO on both rows (no exclusion outside a verl-bot fit): scores 2 and 0, mean 1, std sqrt(2)
+    # verl's GRPO on both rows (no exclusion without a verl-bot trainer): scores 2 and 0, mean 1, std sqrt(2)
     expected = torch.tensor([1.0, -1.0]) / (2**0.5 + 1e-6)
     torch.testing.assert_close(out.batch["advantages"][:, 0], expected)
 
@@ -184,7 +198,7 @@ def test_the_legacy_step_sends_its_token_panel_to_verls_trackers(tokenizer, tmp_
     # G = 1 and 0 (w_g = w_s = 1): r_t = G + S_t; S_t on the masked tokens: -0.5, 0 | 0, 0 | +0.5 | -1, 0
     rollouts = [(0, [1.0, 0.5, 1.0], 1.0), (0, [1.0, 1.0], 1.0), (1, [0.5], 0.0), (1, [-1.0, 0.0], 0.0)]
     width_p, width_r = max(len(p) for p in prompts), 3
-    batch = {name: torch.zeros(4, width_r) for name in ("token_level_scores", "advantages", "returns")}
+    batch = {name: torch.zeros(4, width_r) for name in ("rm_scores", "advantages", "returns")}
     prompt_ids = torch.zeros(4, width_p, dtype=torch.int64)
     response_ids = torch.zeros(4, width_r, dtype=torch.int64)
     attention = torch.zeros(4, width_p + width_r, dtype=torch.int64)
@@ -192,18 +206,19 @@ def test_the_legacy_step_sends_its_token_panel_to_verls_trackers(tokenizer, tmp_
         prompt_ids[i, width_p - len(prompts[g]):] = torch.tensor(prompts[g])
         attention[i, width_p - len(prompts[g]): width_p + len(rewards)] = 1
         response_ids[i, : len(rewards)] = torch.tensor(tokenizer.encode("x" * len(rewards))[: len(rewards)])
-        batch["token_level_scores"][i, : len(rewards)] = torch.tensor(rewards)
+        batch["rm_scores"][i, : len(rewards)] = torch.tensor(rewards)
         batch["advantages"][i, : len(rewards)] = torch.tensor(rewards) - 0.5
     infos = np.empty(4, dtype=object)
     infos[:] = [{"score": score} for _, _, score in rollouts]
     data = DataProto(
-        batch=TensorDict({**batch, "token_level_rewards": batch["token_level_scores"].clone(), "prompts": prompt_ids,
+        batch=TensorDict({**batch, "token_level_rewards": batch["rm_scores"].clone(),
+                          "token_level_scores": batch["rm_scores"].clone(), "prompts": prompt_ids,
                           "responses": response_ids, "attention_mask": attention,
                           "response_mask": attention[:, width_p:].clone()}, batch_size=4),
         non_tensor_batch={"uid": np.array(["a", "a", "b", "b"], dtype=object), "reward_extra_info": infos,
                           "data_source": np.array(["toy"] * 4, dtype=object)},
     )
-    with offline_trackers(tmp_path, monkeypatch, ["wandb", "tensorboard"]) as trackers, active(trainer):
+    with offline_trackers(tmp_path, monkeypatch, ["wandb", "tensorboard"]) as trackers, registered(trainer):
         ray_trainer.compute_data_metrics(data, use_critic=False)
         trackers.log({"reward/score/mean": 0.5}, step=1)  # verl's scalars of the step: the panel goes first
     shown = wandb_panels(tmp_path)

@@ -66,11 +66,12 @@ def test_the_path_is_verls_own(tmp_path, monkeypatch):
 
 
 def test_the_legacy_trainer_keeps_the_steps_up_to_the_checkpoint_it_resumes_from(killed_run, tmp_path):
-    """verl's legacy `fit` opens its `FileLogger` before it loads the checkpoint: the wrapped `fit` reads the step
-    first, as verl's `_load_checkpoint` will (its tracker file `latest_checkpointed_iteration.txt`)."""
+    """verl's legacy `fit` opens its `FileLogger` before it loads the checkpoint: the trainer's construction
+    (`RayPPOTrainer.__init__`'s hook) reads the step first, as verl's `_load_checkpoint` will (its tracker file
+    `latest_checkpointed_iteration.txt`)."""
     from verl.utils.tracking import Tracking
 
-    from verl_bot.hooks.legacy.trainer import _make_fit
+    from verl_bot.hooks.legacy.trainer import _make_init
 
     ckpt = tmp_path / "ckpt"
     (ckpt / "global_step_4").mkdir(parents=True)
@@ -78,10 +79,12 @@ def test_the_legacy_trainer_keeps_the_steps_up_to_the_checkpoint_it_resumes_from
     trainer_config = {"resume_mode": "auto", "default_local_dir": str(ckpt), "resume_from_path": None}
     trainer = SimpleNamespace(config=OmegaConf.create({**BOT, "trainer": trainer_config}), global_steps=0)
 
-    def legacy_fit(self):  # verl's order: the logger first, then the checkpoint, then step 5
-        Tracking(project_name="p", experiment_name="e", default_backend=["file"]).log(data={"x": 7.0}, step=5)
+    def legacy_init(self, config):
+        self.config = config
 
-    _make_fit(legacy_fit)(trainer)
+    _make_init(legacy_init)(trainer, trainer.config)
+    # verl's `fit`: the logger first, then the checkpoint, then step 5
+    Tracking(project_name="p", experiment_name="e", default_backend=["file"]).log(data={"x": 7.0}, step=5)
     assert [json.loads(ln)["step"] for ln in killed_run.read_text().splitlines()] == [1, 2, 3, 4, 5]
 
 

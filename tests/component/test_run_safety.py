@@ -23,8 +23,8 @@ from verl_bot.hooks import driver
 from verl_bot.hooks.v1.replay_buffer import first_fatal
 from verl_bot.launch.preflight import check_config
 from verl_bot.rewards.settings import manager_settings
-from verl_bot.step.context import check_failure_rate, failed_mask
-from verl_bot.step.failures import exclusion_uids
+from verl_bot.training.context import check_failure_rate, failed_mask
+from verl_bot.training.failures import exclusion_uids
 
 
 # ------------------------------------------------------------------------------------------- start-up

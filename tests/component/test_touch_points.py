@@ -19,7 +19,9 @@ import pytest
 from tests.conftest import compose_verl_config
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks import PLAN, TRAINER_PATHS, VLLM_ROLLOUT, touch_points
+from verl_bot.advantage import ESTIMATORS
 from verl_bot.hooks.compat import Finding, collecting, supports
+from verl_bot.losses import LOSSES
 
 MOVED = """\
 from verl_bot.hooks.on_import import when_imported
@@ -65,12 +67,14 @@ def test_every_touch_point_of_both_trainer_paths_is_found_in_the_installed_verl(
     assert {f.status for fs in found.values() for f in fs} == {"found"}, found
     labels = {path: {f.label for f in fs} for path, fs in found.items()}
     assert {"PPOTrainer._compute_advantage", "PPOTrainer.step", "AgentLoopOutput.as_dict",
-            "ReplayBuffer._materialize_batch"} <= labels["v1"] - labels["legacy"]
-    assert {"RayPPOTrainer.fit", "ray_trainer.compute_advantage", "ray_trainer.compute_data_metrics",
-            "AgentLoopWorker._postprocess", "RayPPOTrainer._update_actor"} <= labels["legacy"] - labels["v1"]
-    assert {"config.validate_config", "adv_estimator:bot", "policy_loss:reco", "reward_manager:bot",
-            "engine_workers.ppo_loss", "FileLogger.__init__"} <= labels["v1"] & labels["legacy"]
-    assert len(labels["v1"]) == 29 and len(labels["legacy"]) == 24
+            "ReplayBuffer._materialize_batch", "ReplayBuffer._dapo_filtered_keys"} <= labels["v1"] - labels["legacy"]
+    assert {"RayPPOTrainer.__init__", "ray_trainer.compute_advantage", "metric_utils.compute_data_metrics",
+            "AgentLoopWorker._postprocess", "RayPPOTrainer._update_actor",
+            "separation.ray_trainer.compute_advantage"} <= labels["legacy"] - labels["v1"]
+    methods = {f"adv_estimator:{name}" for name in ESTIMATORS} | {f"policy_loss:{name}" for name in LOSSES}
+    assert {"config.validate_config", "main_ppo.run_ppo", "reward_manager:bot", "engine_workers.ppo_loss",
+            "FileLogger.__init__", *methods} <= labels["v1"] & labels["legacy"]
+    assert (len(labels["v1"]), len(labels["legacy"])) == (25 + len(methods), 20 + len(methods))
 
 
 def test_a_dry_check_changes_nothing_in_verl():
@@ -81,12 +85,13 @@ def test_a_dry_check_changes_nothing_in_verl():
     with collecting() as findings:
         touch_points.run_step("legacy.trainer:install")
     assert vars(ray_trainer.RayPPOTrainer) == before[0] and ray_trainer.compute_advantage is before[1]
-    assert [f.label for f in findings] == ["Tracking.log", "RayPPOTrainer.fit", "ray_trainer.compute_advantage",
-                                           "ray_trainer.compute_data_metrics"]
+    assert [f.label for f in findings] == ["RayPPOTrainer.__init__", "ray_trainer.compute_advantage",
+                                           "Tracking.log"]
 
 
 def test_a_module_verl_does_not_have_is_missing_and_one_that_does_not_import_is_not_checked(monkeypatch, tmp_path):
-    monkeypatch.setattr("verl_bot.hooks.PLAN", (*PLAN, ("verl.trainer.ppo.v2_trainer", "v1.compute_advantage:install")))
+    monkeypatch.setattr("verl_bot.hooks.PLAN",
+                        (*PLAN, ("verl.trainer.ppo.v2_trainer", "v1.compute_advantage:install", "v1")))
     findings = touch_points.check("v1", lambda module: module == "verl.trainer.ppo.v2_trainer")
     assert findings == [Finding("verl.trainer.ppo.v2_trainer", "missing", "verl 0.9.1 has no module "
                                                                            "verl.trainer.ppo.v2_trainer")]
@@ -103,10 +108,12 @@ def test_the_command_names_what_moved_with_exit_status_1(moved_verl):
     assert report["verl"] == "0.9.1" and supports(report["verl"])
     problems = {path: [tuple(f.values()) for f in fs if f["status"] != "found"] for path, fs in report["paths"].items()}
     assert problems == {"v1": [MISSING], "legacy": [CHANGED]}  # vLLM's rollout included (VERL_PLATFORM=cpu)
-    assert [len(fs) for fs in report["paths"].values()] == [32, 27]
+    methods = len(ESTIMATORS) + len(LOSSES)
+    assert [len(fs) for fs in report["paths"].values()] == [28 + methods, 23 + methods]
     found = {path: [Finding(**f) for f in fs] for path, fs in report["paths"].items()}
     text = touch_points.render("0.9.1", {"legacy": found["legacy"]}).splitlines()  # the command without --json
-    assert text[2] == "legacy trainer path (trainer.use_v1=false): 26 found, 1 changed, 0 missing, 0 not checked"
+    assert text[2] == (f"legacy trainer path (trainer.use_v1=false): {22 + methods} found, 1 changed, 0 missing, "
+                       "0 not checked")
     assert text[3].split() == ["found", "config.validate_config"]
     assert [line.split(None, 2) for line in text if "changed " in line] == [["changed", *CHANGED[::2]]]
 
@@ -136,9 +143,8 @@ def test_a_verl_bot_run_on_a_verl_whose_touch_point_moved_stops_in_its_driver_be
 def test_the_driver_check_skips_vllms_rollout_for_another_rollout():
     config = compose_verl_config(["trainer.use_v1=false", "actor_rollout_ref.rollout.name=hf"])
     wanted = touch_points.run_modules(config)
-    assert touch_points.path_of(config) == "legacy"
     assert not wanted("verl.workers.rollout.vllm_rollout.utils") and wanted("verl.workers.engine_workers")
-    touch_points.require(config)  # the installed verl: nothing to stop
+    touch_points.require(config, "legacy")  # the installed verl: nothing to stop
 
 
 def test_a_ledger_failure_in_the_driver_stops_the_run(monkeypatch):
@@ -147,4 +153,4 @@ def test_a_ledger_failure_in_the_driver_stops_the_run(monkeypatch):
     monkeypatch.setattr(LEDGER, "failure", "registering verl-bot in verl: VerlApiMismatch: something")
     config = compose_verl_config(["actor_rollout_ref.rollout.name=hf"])
     with pytest.raises(VerlBotConfigError, match="verl-bot is off in this process: registering verl-bot in verl"):
-        touch_points.require(config)
+        touch_points.require(config, "v1")

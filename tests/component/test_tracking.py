@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from verl_bot.hooks.v1 import tracker_panel
 from verl_bot.observe import panels
 from verl_bot.observe.token_records import read_records
 from verl_bot.observe.token_view import colour, shown_tokens
-from verl_bot.step import panel
+from verl_bot.training import panel
+from verl_bot.training.batch import token_values
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "tests" / "fixtures" / "token_report" / "bot" / "token_records" / "step_20.jsonl"
@@ -291,24 +291,42 @@ def test_s_t_undoes_the_managers_composition():
     np.testing.assert_allclose(got, np.concatenate(local), atol=1e-6)
 
 
+class ListBatch:
+    """A `verl_bot.training.batch.TrainingBatch` over rows written in the test (each trainer's own is checked
+    against the interface in tests/component/test_transfer_queue_hooks.py)."""
+
+    def __init__(self, fields: dict[str, list[torch.Tensor]], infos: list[dict], padding: list[bool]):
+        self.fields, self.infos, self.pad = fields, infos, padding
+
+    def rows(self):
+        return [{"reward_extra_info": info, "uid": str(i)} for i, info in enumerate(self.infos)]
+
+    def padding(self):
+        return torch.tensor(self.pad)
+
+    def ragged(self, names, rows=None):
+        rows = range(len(self.infos)) if rows is None else rows
+        return {name: [self.fields[name][i] for i in rows] for name in names}
+
+
+def test_s_t_undoes_the_returns_layout():
+    """r = 0.5 * S, plus 1.0 * G on each rollout's last token: [-0.5, 0, 0.5+2] | [0.25+(-1)] -> S back."""
+    rewards = np.array([-0.5, 0.0, 2.5, -0.75])
+    got = panels.local_signal_returns(rewards, np.array([2.0, -1.0]), np.array([3, 1]), 1.0, 0.5)
+    np.testing.assert_allclose(got, [-1.0, 0.0, 1.0, 0.5])
+
+
 def test_the_steps_token_values_leave_out_padding_rows_and_masked_tokens():
-    """As TransferQueue gives the columns back: nested (jagged) rows of the response length, or padded (B, T)."""
-    lengths = [3, 2, 4]
     rewards = [torch.tensor([1.0, 1.5, 1.0]), torch.tensor([2.0, 2.0]), torch.tensor([9.0, 9.0, 9.0, 9.0])]
     advantages = [torch.tensor([0.1, 0.2, 0.3]), torch.tensor([-0.5, -0.5]), torch.tensor([7.0] * 4)]
     masks = [torch.tensor([1, 1, 0]), torch.tensor([1, 1]), torch.tensor([1, 1, 1, 1])]
-    infos = [{"reward_extra_info": {"score": 1.0}}, {"reward_extra_info": {"score": 2.0}}, {}]
-    padded = {name: torch.stack([torch.nn.functional.pad(r, (0, 4 - len(r))) for r in rows])
-              for name, rows in (("rm_scores", rewards), ("advantages", advantages), ("response_mask", masks))}
-    nested = {name: torch.nested.nested_tensor(rows, layout=torch.jagged)
-              for name, rows in (("rm_scores", rewards), ("advantages", advantages), ("response_mask", masks))}
-    assert tracker_panel.row_lengths(nested["response_mask"]) == lengths
-    for data in (padded, nested):
-        values = tracker_panel.step_values({**data, "extra_fields": infos}, [False, False, True], (1.0, 0.5))
-        assert values["rewards"].tolist() == [1.0, 1.5, 2.0, 2.0]  # row 0's masked token and row 2 left out
-        assert values["advantages"].tolist() == pytest.approx([0.1, 0.2, -0.5, -0.5])
-        assert values["local"].tolist() == [0.0, 1.0, 0.0, 0.0]  # (r - 1.0 * G) / 0.5
-    assert "local" not in tracker_panel.step_values(padded, [False, False, True], None)
+    batch = ListBatch({"rm_scores": rewards, "advantages": advantages, "response_mask": masks},
+                      [{"score": 1.0}, {"score": 2.0}, {}], [False, False, True])
+    values = token_values(batch, lambda r, g, n: panels.local_signal(r, g, n, 1.0, 0.5))
+    assert values["rewards"].tolist() == [1.0, 1.5, 2.0, 2.0]  # row 0's masked token and row 2 left out
+    assert values["advantages"].tolist() == pytest.approx([0.1, 0.2, -0.5, -0.5])
+    assert values["local"].tolist() == [0.0, 1.0, 0.0, 0.0]  # (r - 1.0 * G) / 0.5
+    assert "local" not in token_values(batch)
 
 
 # ----------------------------------------------------------------------------------- real trackers

@@ -7,7 +7,8 @@ tags); then verl 0.9.1's own `ReplayBuffer` classifies them:
   the continuous `score` keeps almost every group (issue: DAPO filtered on the score and dropped nothing);
 - a trajectory carrying verl-bot's fatal marker stops sampling with the marker's message (the buffer of a
   verl-bot run); verl's own buffer classes are untouched and sample trajectories without `extra_fields`;
-- the hooks' row readers see each row's extra_fields and data_source in batch order, and padding tags;
+- the hooks' row readers see each row's extra_fields and data_source in batch order, and padding tags; both
+  trainers' batches read the same through verl-bot's `TrainingBatch` interface;
 - with `rollout.full_determinism` an armed buffer gives a batch its rows in the order the prompts were put, each
   group's by session, where verl's follows the order the rollouts finished.
 """
@@ -20,9 +21,11 @@ from omegaconf import OmegaConf
 
 from tests.conftest import compose_verl_config
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
-from verl_bot.hooks.v1.compute_advantage import fetch_rows, padding_mask
+from verl_bot.hooks.legacy.batch import ProtoBatch
+from verl_bot.hooks.v1.batch import TQBatch
+from verl_bot.training.batch import record_rows, token_values
 from verl_bot.hooks.v1.replay_buffer import arm, in_put_order
-from verl_bot.step.context import failed_mask
+from verl_bot.training.context import failed_mask
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +92,48 @@ def test_dapo_filters_uniform_outcomes_on_acc_but_not_on_the_continuous_score(tq
     tq.kv_clear(partition_id="train", keys=[k for uid in groups for k in [uid, f"{uid}_0_0", f"{uid}_1_0"]])
 
 
+def put_dense_group(tq, uid: str, rollouts: list[tuple[list[float], dict]], partition: str = "dapo") -> list[str]:
+    """A finished group of the `bot` manager's rollouts: each (token rewards, reward_extra_info)."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    keys = [f"{uid}_{i}_0" for i in range(len(rollouts))]
+    fields = [{"responses": torch.ones(len(rewards), dtype=torch.int64), "rm_scores": torch.tensor(rewards),
+               "data_source": "toy", "extra_fields": {"reward_extra_info": info}} for rewards, info in rollouts]
+    tags = [{"status": "success", "global_steps": 0, "min_global_steps": 0, "max_global_steps": 0} for _ in keys]
+    tq.kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(fields), tags=tags, partition_id=partition)
+    tq.kv_put(key=uid, partition_id=partition, tag={"is_prompt": True, "status": "finished", "global_steps": 0})
+    return [uid, *keys]
+
+
+@pytest.mark.parametrize("metric", ["reward", "acc"])
+def test_dapo_with_the_bot_manager_drops_exactly_the_groups_without_signal(tq, metric):
+    """verl's own buffer, armed for a `bot` run with dense rewards (r_t = G + S_t): whatever `filter_groups.metric`
+    says, the groups dropped are those whose bag of token rewards has no spread (failed rollouts left out); with
+    `reward` (the summed token rewards) verl alone would keep `flat` (one G, lengths 2 and 3: sums 2 and 3), with
+    `acc` it would drop `local` (one outcome, S separates its rollouts). The counts say which."""
+    acc = {"acc": 1.0, "score": 1.0}
+    groups = {
+        "flat": [([1.0, 1.0], acc), ([1.0, 1.0, 1.0], acc)],  # G = 1 on every token, no S: nothing to learn
+        "local": [([1.0, 0.5], acc), ([1.0, 1.0], acc)],  # the same G; S = -0.5 on one token: BoT learns from it
+        "mixed": [([1.0], acc), ([0.0, 0.0], {"acc": 0.0, "score": 0.0})],  # G differs
+        "failed": [([1.0, 1.0], acc), ([9.0], {**acc, "scorer_failed": 1.0})],  # one valid rollout: nothing
+    }
+    keys = [key for uid, rollouts in groups.items() for key in put_dense_group(tq, uid + metric, rollouts)]
+    buffer = arm(replay_buffer(metric), layout="dense")
+    buffer._sync_metadata_from_transfer_queue()
+    _stale, dropped, _failed, counts = buffer._terminal_eviction_reasons(0, "dapo")
+    assert dropped == {"flat" + metric, "failed" + metric}
+    assert counts == {1.0: 2}  # both collapse to a token reward of 1.0 (verl's table of filtered groups by value)
+    noted = buffer.__dict__["_verl_bot_filter_counts"]
+    if metric == "reward":  # sums 2 != 3 and 2 != 9: verl's metric differs in `flat` and `failed`
+        assert noted == {"dropped": 2, "dropped_where_metric_differs": 2, "kept_where_metric_equal": 0}
+    else:  # acc: equal in `flat`, `local` and `failed`
+        assert noted == {"dropped": 2, "dropped_where_metric_differs": 0, "kept_where_metric_equal": 1}
+    buffer._terminal_eviction_reasons(0, "dapo")  # classified once: nothing new to count
+    assert noted["dropped"] == 2
+    tq.kv_clear(partition_id="dapo", keys=keys)
+
+
 def test_a_fatal_marker_stops_verls_sampling_loop_with_its_message(tq):
     put_group(tq, "fatalgood", [{"acc": 1.0}, {"acc": 0.0}], partition="val")
     put_group(tq, "fatalbad", [{"acc": 0.0}, {FATAL_KEY: "bot reward manager: no scorer for data_source='nope'"}],
@@ -125,10 +170,10 @@ def test_row_readers_follow_the_batch_order(tq):
     keys += put_group(tq, "rowsb", [{"scorer_failed": 1.0}], partition="rows", data_source="aime")
     tags = [{}, {}, {"is_padding": True}]
     batch = KVBatchMeta(partition_id="rows", keys=keys[::-1], tags=tags)
-    rows = fetch_rows(batch)
+    rows = TQBatch(batch).rows()
     assert [r["data_source"] for r in rows] == ["aime", "react", "react"]
     assert [r["reward_extra_info"]["scorer_failed"] for r in rows] == [1.0, 0.0, 1.0]
-    padding = padding_mask(batch)
+    padding = TQBatch(batch).padding()
     assert padding.tolist() == [False, False, True]
     assert failed_mask(rows, padding).tolist() == [True, False, False]
 
@@ -170,3 +215,75 @@ def test_with_full_determinism_a_batch_has_its_rows_in_put_order_not_as_they_fin
         batch = buffer._materialize_batch("order", selected, snapshot)
         assert batch.keys == keys
     tq.kv_clear(partition_id="order", keys=finished)
+
+
+# two groups of rollouts, as each trainer holds them: (uid, prompt ids, response ids, token rewards, advantages, info)
+ROLLOUTS = [
+    ("ga", [5, 6], [7, 8, 9], [0.5, -0.5, 1.0], [1.0, 1.0, 1.0], {"score": 1.0}),
+    ("ga", [5, 6], [7], [0.0], [-1.0], {"score": 0.0, "scorer_failed": 1.0}),
+    ("gb", [4], [3, 2], [2.0, 2.0], [0.0, 0.0], {"score": 2.0}),
+]
+
+
+def legacy_view(rollouts) -> ProtoBatch:
+    """`rollouts` as the legacy trainer's `DataProto`: prompts left-padded, responses right-padded."""
+    import numpy as np
+    from tensordict import TensorDict
+    from verl import DataProto
+
+    width_p, width_r = max(len(r[1]) for r in rollouts), max(len(r[2]) for r in rollouts)
+    b = len(rollouts)
+    fields = {name: torch.zeros(b, width_r) for name in ("rm_scores", "advantages")}
+    prompts, responses = torch.zeros(b, width_p, dtype=torch.int64), torch.zeros(b, width_r, dtype=torch.int64)
+    attention = torch.zeros(b, width_p + width_r, dtype=torch.int64)
+    for i, (_, prompt, response, rewards, advantages, _) in enumerate(rollouts):
+        prompts[i, width_p - len(prompt):] = torch.tensor(prompt)
+        responses[i, : len(response)] = torch.tensor(response)
+        attention[i, width_p - len(prompt): width_p + len(response)] = 1
+        fields["rm_scores"][i, : len(rewards)] = torch.tensor(rewards)
+        fields["advantages"][i, : len(advantages)] = torch.tensor(advantages)
+    infos = np.empty(b, dtype=object)
+    infos[:] = [r[5] for r in rollouts]
+    return ProtoBatch(DataProto(
+        batch=TensorDict({**fields, "prompts": prompts, "responses": responses, "attention_mask": attention,
+                          "response_mask": attention[:, width_p:].clone()}, batch_size=b),
+        non_tensor_batch={"uid": np.array([r[0] for r in rollouts], dtype=object), "reward_extra_info": infos,
+                          "data_source": np.array(["toy"] * b, dtype=object)},
+    ))
+
+
+def test_both_trainers_batches_read_the_same_through_the_training_batch_interface(tq):
+    """The same rollouts written as verl's v1 agent loop writes them to TransferQueue (nested, unpadded) and as the
+    legacy trainer holds them (one right-padded `DataProto`) read the same through `TrainingBatch`: rows, ragged
+    response-aligned fields, prompts, token records and per-token values (what every piece of verl-bot's step logic
+    reads)."""
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+    from verl.utils.transferqueue_utils import KVBatchMeta
+
+    keys, fields = [], []
+    for n, (uid, prompt, response, rewards, advantages, info) in enumerate(ROLLOUTS):
+        keys.append(f"{uid}_{n}_0")
+        fields.append({"uid": uid, "data_source": "toy", "extra_fields": {"reward_extra_info": info},
+                       "prompts": torch.tensor(prompt), "responses": torch.tensor(response),
+                       "response_mask": torch.ones(len(response), dtype=torch.int64),
+                       "rm_scores": torch.tensor(rewards), "advantages": torch.tensor(advantages)})
+    tq.kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(fields), partition_id="seam",
+                    tags=[{"status": "success"} for _ in keys])
+    v1 = TQBatch(KVBatchMeta(partition_id="seam", keys=keys, tags=[{} for _ in keys]))
+    legacy = legacy_view(ROLLOUTS)
+    for view in (v1, legacy):
+        assert [r["uid"] for r in view.rows()] == ["ga", "ga", "gb"]
+        assert [r["reward_extra_info"] for r in view.rows()] == [r[5] for r in ROLLOUTS]
+        assert view.prompts() == [r[1] for r in ROLLOUTS] and view.prompts([2]) == [[4]]
+        ragged = view.ragged(["responses", "rm_scores"], [0, 2])
+        assert [t.tolist() for t in ragged["responses"]] == [[7, 8, 9], [3, 2]]
+        assert [t.tolist() for t in ragged["rm_scores"]] == [[0.5, -0.5, 1.0], [2.0, 2.0]]
+        assert view.padding().tolist() == [False, False, False] and view.sessions() is None
+        records = record_rows(view)
+        assert [(r["uid"], r["prompt_ids"], r["response_ids"], r["rewards"], r["advantages"]) for r in records] == [
+            (uid, prompt, response, rewards, advantages) for uid, prompt, response, rewards, advantages, _ in ROLLOUTS]
+        values = token_values(view)
+        assert values["rewards"].tolist() == [0.5, -0.5, 1.0, 0.0, 2.0, 2.0]
+        assert values["advantages"].tolist() == [1.0, 1.0, 1.0, -1.0, 0.0, 0.0]
+    assert v1.keys() == keys and legacy.keys() == ["ga_0", "ga_1", "gb_0"]
+    tq.kv_clear(partition_id="seam", keys=keys)

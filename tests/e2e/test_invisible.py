@@ -23,6 +23,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import compose_verl_config
 from verl_bot import plugin
@@ -39,8 +40,8 @@ from verl_bot.hooks.v1 import (
 )
 from verl_bot.hooks.wrap import wrap
 from verl_bot.launch import activation as usage
-from verl_bot.step import failures
-from verl_bot.step.rows import DENSE_MARK
+from verl_bot.training import failures
+from verl_bot.training.rows import DENSE_MARK, row_checksum
 
 STOCK = ["algorithm.adv_estimator=grpo"]
 BOT = ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot"]
@@ -65,7 +66,10 @@ class Recorder:
 
 class FakeTQ:
     """TransferQueue's `kv_batch_get` for the hooks: each row's extra_fields (as verl-bot's `as_dict` hook leaves
-    a dense row's: `DENSE_MARK`) and data_source; counts the reads."""
+    a dense row's: `DENSE_MARK`, the checksum of its token rewards), data_source, token rewards and response mask
+    (nested, as verl's v1 agent loop stores them); counts the reads."""
+
+    REWARDS = torch.tensor([1.0, 1.0])
 
     def __init__(self, infos=None):
         self.reads = 0
@@ -73,8 +77,11 @@ class FakeTQ:
 
     def kv_batch_get(self, keys, partition_id, select_fields):
         self.reads += 1
-        columns = {"extra_fields": [{"reward_extra_info": dict(self.infos or {}), DENSE_MARK: 1} for _ in keys],
-                   "data_source": ["toy_lint"] * len(keys)}
+        mark = {DENSE_MARK: row_checksum(self.REWARDS)}
+        columns = {"extra_fields": [{"reward_extra_info": dict(self.infos or {}), **mark} for _ in keys],
+                   "data_source": ["toy_lint"] * len(keys),
+                   "rm_scores": torch.nested.nested_tensor([self.REWARDS] * len(keys), layout=torch.jagged),
+                   "response_mask": torch.nested.nested_tensor([torch.ones(2)] * len(keys), layout=torch.jagged)}
         return {name: columns[name] for name in select_fields}
 
 
@@ -227,8 +234,8 @@ def test_a_verl_bot_run_starts_with_its_checks_its_last_words_and_one_info_line(
         validate_hook._make_validate_config(Recorder())(config, use_reference_policy=False, use_critic=False)
     assert installed == [True]
     assert [r.getMessage() for r in caplog.records if r.name == "verl_bot"] == [
-        "verl-bot 0.1.0 is in use in this run (algorithm.adv_estimator=bot); VERL_USE_EXTERNAL_PLUGINS=none turns "
-        "it off"
+        "verl-bot 0.1.0 is in use in this run (algorithm.adv_estimator=bot); the v1 trainer path; bot manager: dense "
+        "token rewards, r_t = w_g * G + w_s * S_t on every token; VERL_USE_EXTERNAL_PLUGINS=none turns it off"
     ]
     bad = compose_verl_config([*BOT, "algorithm.use_kl_in_reward=true"])
     with pytest.raises(VerlBotConfigError, match="use_kl_in_reward"):
@@ -268,7 +275,7 @@ def test_a_thousand_steps_of_the_hooks_keep_flat_memory(monkeypatch, tq):
     replay_buffer.arm(buffer)
     data = types.SimpleNamespace(batch={})  # verl's advantage step through verl-bot's failed-row exclusion, as in verl
     advantage = compute_advantage._make_compute_advantage(
-        lambda *args, **kwargs: failures.advantages_without_failures(lambda *a, **k: None, data, None, "grpo"))
+        lambda *args, **kwargs: failures.advantages_without_failures(lambda d: None, data, "grpo"))
     metrics_hook = compute_metrics._make_compute_metrics(lambda *args, **kwargs: None)
 
     def step(i):
@@ -295,7 +302,8 @@ def test_a_thousand_steps_of_the_hooks_keep_flat_memory(monkeypatch, tq):
     finally:
         tracemalloc.stop()
     grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
-    assert tq.reads == 3 * 1500  # per step: the advantage's rows, the metrics' rows, the buffer's new groups
+    # per step: the advantage's rows and their token rewards (the checksums), the metrics' rows, the buffer's new groups
+    assert tq.reads == 4 * 1500
     # 64 B a step: torch's tensor constructor keeps a pool of 64-byte blocks that fills slowly (seen: 7-18 KB over
     # these 1,000 steps, at the hooks' torch.tensor lines); the replay buffer's uid set grew by ~500 B a step
     assert grown < 64 * 1000, f"the hooks' state grew by {grown} bytes over 1,000 steps: " + "; ".join(

@@ -28,8 +28,8 @@ from verl_bot.credit.spans import token_char_spans
 from verl_bot.credit.verdict import InvalidVerdict, validate_verdict
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.rewards.manager import BoTRewardManager
-from verl_bot.step.failures import exclusion_uids, last_outputs, refuse_multi_output, session_keys
-from verl_bot.step.rows import dense_fields
+from verl_bot.training.failures import exclusion_uids, last_outputs, refuse_multi_output, session_keys
+from verl_bot.training.rows import dense_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """The paper's recipes on a CPU: `SMOKE=1 bash recipes/<task>_<model>.sh` through verl's trainer and vLLM rollout.
 
 Each test runs a recipe as a user does (`SMOKE=1 ALGO=... bash recipes/react_qwen.sh`): on a machine without a GPU
-it runs on the CPU platform (`PLATFORM=cpu`, recipes/platform.sh) with verl's own vLLM rollout on vLLM's CPU build,
+it runs on the CPU platform (`PLATFORM=cpu`, verl_bot/recipes/settings.py) with verl's own vLLM rollout on vLLM's CPU build,
 the recipe's own composed overrides (only sizes, the platform and the model change), its reward server started by
 the recipe (the React server with real esbuild, ESLint and Chromium; the math server), and a judge that is a real
 `vllm serve` of a tiny local model on loopback (one for the module): it answers at random, and the reward servers
@@ -99,14 +99,14 @@ import verl_bot.hooks.engine_forward_step as efs
 
 _weighted_loss = efs.weighted_loss
 
-def weighted_loss(loss_function, row_weights, stats):
+def weighted_loss(loss_function, row_weights, stats, prefix):
     record = {"weights": [w.tolist() for w in row_weights], "stats": stats}
 
     def at_verl_loss(model_output, data, dp_group=None):  # stands between the wrapper and verl's ppo_loss
         record["at_loss"] = [a.tolist() for a in data["advantages"].unbind()]
         return loss_function(model_output=model_output, data=data, dp_group=dp_group)
 
-    inner = _weighted_loss(at_verl_loss, row_weights, stats)
+    inner = _weighted_loss(at_verl_loss, row_weights, stats, prefix)
 
     def loss(model_output, data, dp_group=None):
         record["original"] = [a.tolist() for a in data["advantages"].unbind()]
@@ -147,10 +147,10 @@ def setup(tmp_path_factory):
                        capture_output=True)
         build_model(root / "react_qwen_model", seed=0, warm_start="react", prompts=react_data / "train.parquet",
                     family="qwen2")
-        aime_data = root / "aime_data"  # what the recipe makes on the CPU platform (vb_prepare_data)
+        aime_data = root / "aime_data"  # what the recipe makes on the CPU platform (prepare_data)
         subprocess.run([PY, str(ROOT / "recipes/data/aime.py"), "--input", str(ROOT / "recipes/data/aime_cpu.jsonl"),
                         "--out-dir", str(aime_data)], check=True, capture_output=True)
-        for family, steps in (("phi3", 800), ("smollm3", 500)):  # the recipe's warm start (vb_prepare_models)
+        for family, steps in (("phi3", 800), ("smollm3", 500)):  # the recipe's warm start (prepare_models)
             build_model(root / f"aime_{FAMILIES[family].recipe_tag}_model", seed=0, warm_start="toy_math",
                         prompts=aime_data / "train.parquet", warm_start_kwargs={"steps": steps, "batch_size": 16},
                         family=family)
@@ -344,7 +344,7 @@ def check_common(run: Smoke, judge: str | None, steps: int = 2) -> dict[int, dic
     return logged
 
 
-RESPONSE_CAP = 160  # the CPU platform's MAX_RESPONSE_LENGTH (recipes/platform.sh)
+RESPONSE_CAP = 160  # the CPU platform's MAX_RESPONSE_LENGTH (verl_bot/recipes/settings.py)
 _DATE = re.compile(r"Today Date: \d{2} \w+ \d{4}")  # SmolLM3's template stamps the day it renders
 
 

@@ -86,9 +86,10 @@ def test_only_the_plugin_and_the_cpu_backend_install_hooks():
 
 def test_every_module_of_the_hooks_folder_changes_verl():
     """hooks/ is for what changes verl or its process: a wrapper (`wrap`), a ledger entry, the driver's hook;
-    besides them only the folder's own machinery: the transaction, the import trigger, the wrap helper and the
-    touch-point checks (`compat`)."""
-    machinery = {"__init__.py", "transaction.py", "on_import.py", "wrap.py", "compat.py"}
+    besides them only the folder's own machinery (the transaction, the import trigger, the wrap helper, the
+    touch-point checks: `compat`) and each trainer adapter's batch (`v1/batch.py`, `legacy/batch.py`: how its
+    trainer's batch reads as verl-bot's `TrainingBatch`)."""
+    machinery = {"__init__.py", "transaction.py", "on_import.py", "wrap.py", "compat.py", "batch.py"}
     idle = [
         path.relative_to(PACKAGE / "hooks").as_posix()
         for path in (PACKAGE / "hooks").rglob("*.py")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from verl_bot.advantage.grail import (
     SPAN_AFTER,
     SPAN_CONTENT,
+    SPAN_FIELD,
     SPAN_MARKER,
     SPAN_OTHER,
     AnswerSpan,
@@ -100,7 +101,7 @@ def test_span_codes_by_hand():
 
 def test_span_codes_through_the_tokenizer(tokenizer):
     """The trainer's path: token ids -> exact char spans -> codes; content tokens decode to the content."""
-    from verl_bot.hooks.v1.update_actor import response_span_codes
+    from verl_bot.advantage.grail_update import response_span_codes
 
     texts = [
         "<step 1>3+4=7</step 1>\n\n<final>7</final>",
@@ -109,7 +110,7 @@ def test_span_codes_through_the_tokenizer(tokenizer):
         "caf\u00e9 \\boxed{\u65e5\u672c} \U0001f600",
     ]
     ids = [torch.tensor(tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id]) for t in texts]
-    codes = response_span_codes(tokenizer, ids, "auto")
+    codes = [torch.from_numpy(c) for c in response_span_codes(tokenizer, [row.tolist() for row in ids], "auto")]
     contents = ["7", "\\frac{1}{2}", None, "\u65e5\u672c"]
     for row, code, content in zip(ids, codes, contents, strict=True):
         assert len(code) == len(row)
@@ -409,30 +410,23 @@ def test_the_lm_head_computes_only_each_answer_positions_own_logits(tiny_model, 
 
 
 def test_saliency_is_timed_without_synchronizing_unless_asked(monkeypatch):
-    from verl_bot.hooks import engine_forward_step as hook
+    """`grail_update.micro_batch_weights` times the saliency (`saliency_s`) and synchronizes the device around it
+    only with `grail_sync_timing=true`: twice per micro-batch."""
+    from contextlib import nullcontext
 
+    from verl_bot.actor_needs import MicroBatch
+    from verl_bot.advantage import grail_update
+
+    monkeypatch.setattr(grail_update, "answer_saliency", lambda *args, **kwargs: torch.ones(3))
     calls = []
-    monkeypatch.setattr(hook, "_sync_device", lambda: calls.append(1))
-    monkeypatch.setattr(hook, "micro_batch_weights", lambda engine, mb, settings: ([], {}))
-    monkeypatch.setattr("verl.utils.device.get_device_id", lambda: "cpu")
-
-    class MicroBatch(dict):
-        def to(self, device):
-            return self
-
-    def original(self, micro_batch, loss_function, forward_only):
-        return "ran"
-
-    step = hook._make_forward_step(original)
+    mb = MicroBatch(module=None, model_inputs={}, rows=torch.zeros(3, dtype=torch.long), cols=torch.arange(3),
+                    labels=torch.zeros(3, dtype=torch.long), temperature=torch.ones(3), lengths=torch.tensor([3]),
+                    masks=[torch.ones(3)], advantages=[torch.ones(3)], fields={SPAN_FIELD: [torch.zeros(3)]},
+                    autocast=nullcontext, synchronize=lambda: calls.append(1))
     for sync, expected in ((False, 0), (True, 2)):
         calls.clear()
-        batch = MicroBatch({hook.SPAN_FIELD: None})
-        monkeypatch.setattr(
-            "verl.utils.tensordict_utils.get_non_tensor_data",
-            lambda data, key, default, sync=sync: {**GrailSettings().as_dict(), "sync_timing": sync},
-        )
-        assert step(object(), batch, loss_function=lambda **kw: None, forward_only=False) == "ran"
-        assert len(calls) == expected
+        weights, stats = grail_update.micro_batch_weights(mb, {**GrailSettings().as_dict(), "sync_timing": sync})
+        assert len(calls) == expected and stats["saliency_s"] >= 0 and weights[0].tolist() == [1.0, 1.0, 1.0]
     assert GrailSettings.from_config({"grail_sync_timing": True}).sync_timing is True
     with pytest.raises(ValueError, match="grail_sync_timing='yes': must be true or false"):
         GrailSettings.from_config({"grail_sync_timing": "yes"})

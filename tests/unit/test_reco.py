@@ -5,6 +5,7 @@ the loss's gradient against the formula by autograd on a tiny logits model; the 
 carry the loss's knobs; the start-up checks.
 """
 
+import dataclasses
 import math
 import types
 
@@ -25,16 +26,16 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.config import ActorConfig
 
 import verl_bot.plugin
-from verl_bot.advantage.reco import OCCURRENCES, compute_reco_advantage, reco_weights, repeat_counts
+from verl_bot.advantage.reco import OCCURRENCES, compute_reco_advantage, pairing_metrics, reco_weights, repeat_counts
 from verl_bot.credit.context import BatchContext, loss_settings, use_context, use_loss_settings
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.ppo_loss import _make_ppo_loss
 from verl_bot.hooks.v1.update_actor import _make_update_actor
 from verl_bot.launch.preflight import check_config
 from verl_bot.losses import loss_knobs, loss_name
-from verl_bot.losses.reco import compute_policy_loss_reco, pairing_metrics, variance_ratio
-from verl_bot.step.actor_update import KNOBS_METRIC
-from verl_bot.step.actor_update import LOSS_KNOBS_KEY as EXTRA_INFO_KEY
+from verl_bot.losses.reco import compute_policy_loss_reco, variance_ratio
+from verl_bot.training.actor_update import ADVANTAGE_ATTR, KNOBS_METRIC
+from verl_bot.training.actor_update import LOSS_KNOBS_KEY as EXTRA_INFO_KEY
 
 verl_bot.plugin.register()
 
@@ -444,13 +445,22 @@ def test_the_worker_hook_makes_the_shipped_knobs_active_for_the_loss():
     assert loss_settings() is None
 
 
-def test_the_trainer_hook_ships_the_knobs_and_names_the_metrics():
-    class Batch:
-        def __init__(self):
-            self.extra_info = {"temperature": 1.0}
+@dataclasses.dataclass
+class Batch:
+    """What verl's v1 update reads of its batch meta (a dataclass, as verl's `KVBatchMeta`)."""
 
+    extra_info: dict = dataclasses.field(default_factory=lambda: {"temperature": 1.0})
+    keys: list = dataclasses.field(default_factory=lambda: ["a_0_0", "a_1_0"])
+    fields: list | None = None
+
+
+def test_the_trainer_hook_ships_the_knobs_and_names_the_metrics():
     class Trainer:
         config = None
+        global_steps = 1
+
+        def __init__(self):
+            self.__dict__[ADVANTAGE_ATTR] = 1  # this iteration's advantages went through verl-bot's step logic
 
     def verl_update_actor(self, batch, metrics):
         shipped.append(dict(batch.extra_info))
@@ -485,9 +495,10 @@ def test_an_update_whose_loss_ran_without_its_knobs_stops_the_run():
         metrics.update({"actor/reco/rvar_mean": 1.25})
         return batch
 
-    trainer = types.SimpleNamespace(config=run_config())
+    trainer = types.SimpleNamespace(config=run_config(), global_steps=1)
+    trainer.__dict__[ADVANTAGE_ATTR] = 1
     with pytest.raises(VerlBotConfigError, match=r"ran the reco policy loss without its knobs: .*hooks/ppo_loss.py"):
-        _make_update_actor(verl_update_actor)(trainer, types.SimpleNamespace(extra_info={}), {})
+        _make_update_actor(verl_update_actor)(trainer, Batch(extra_info={}), {})
 
 
 def run_config(**algorithm) -> OmegaConf:

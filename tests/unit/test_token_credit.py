@@ -120,11 +120,28 @@ def test_a_failed_scorer_earns_failure_score_and_nothing_else():
 
 
 def test_one_reward_per_response_is_w_g_times_g_and_drops_the_turn_values():
-    settings = CreditSettings(w_global=2.0, token_level=False)
+    settings = CreditSettings(w_global=2.0, layout="scalar")
     with_turns = token_credit(verdict(0.25, [span(0, 2, -1.0)], turns=[{"turn": 0, "value": 1.0}]), single(), settings)
     assert with_turns.reward_score == 0.5 and with_turns.info["turns_unused"] == 1.0
+    assert with_turns.info["local_unused"] == 1.0  # the span's -1 went nowhere, and the metrics say so
     assert "local_signal" not in with_turns.info
-    assert "turns_unused" not in token_credit(verdict(0.25), single(), settings).info
+    plain = token_credit(verdict(0.25), single(), settings).info
+    assert "turns_unused" not in plain and "local_unused" not in plain
+
+
+def test_the_returns_layout_puts_g_once_on_the_last_token_and_s_where_it_lies():
+    """S = -1 on characters 1..3: "ab" -> -1/2, " " -> -1, "cd" -> -1/2, EOS -> 0 (as above); w_g = 2, w_s = 0.5:
+    r = 0.5 * S plus 2 * 0.5 on the last token = [-0.25, -0.5, -0.25, 1.0]; the return from each token (the sum
+    from it on) is G's 1.0 plus the local signal after it: [0.0, 0.25, 0.75, 1.0]."""
+    settings = CreditSettings(w_global=2.0, w_local=0.5, layout="returns")
+    credit = token_credit(verdict(0.5, [span(1, 4, -1.0)]), single(), settings)
+    assert credit.reward_score == pytest.approx([-0.25, -0.5, -0.25, 1.0])
+    assert np.cumsum(credit.reward_score[::-1])[::-1].tolist() == pytest.approx([0.0, 0.25, 0.75, 1.0])
+    assert credit.info["local_signal"] == 1.0
+    # a multi-turn response: G on the last token (its final EOS), turn values on their turn's generated tokens
+    turns = verdict(1.0, turns=[{"turn": 0, "value": 0.5}, {"turn": 1, "value": -0.5}])
+    multi = token_credit(turns, single(TURN_TEXT, TURN_SPANS, TURN_MASK), CreditSettings(layout="returns"))
+    assert multi.reward_score == pytest.approx([0.5, 0.5, 0.5, 0.0, 0.0, -0.5, 0.5])
 
 
 def test_dapo_overlong_shaping_is_part_of_g():

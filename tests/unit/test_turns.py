@@ -84,7 +84,7 @@ def test_turn_values_land_on_every_generated_token_of_their_turn_eos_included():
     credit = token_credit(validate_verdict(raw), single, CreditSettings(local_clip=0.0))
     np.testing.assert_allclose(credit.reward_score, [1.1, 1.2])
     assert "local_on_context" not in credit.info
-    per_response = CreditSettings(token_level=False)  # one reward per response: turn values dropped, and counted
+    per_response = CreditSettings(layout="scalar")  # one reward per response: turn values dropped, and counted
     assert token_credit(validate_verdict(raw), single, per_response).info["turns_unused"] == 1.0
     assert "turns_unused" not in token_credit(validate_verdict({"global": {"score": 0.0}}), single, per_response).info
 

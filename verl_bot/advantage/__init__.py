@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verl_bot.advantage import grail, pass_, pure, reco, vps
+from verl_bot.actor_needs import ActorNeeds
+from verl_bot.advantage import grail, grail_update, pass_, pure, reco, turn_bot, turn_index, vps
 from verl_bot.advantage.bot import BotSettings, compute_bot_advantage
 from verl_bot.knobs import MethodSettings, StartupCheck
 
@@ -28,7 +29,7 @@ from verl_bot.knobs import MethodSettings, StartupCheck
 @dataclass(frozen=True)
 class EstimatorSpec:
     """What a verl-bot estimator needs: its verl adapter, the reward streams it reads, dense token rewards, its
-    knobs and its start-up check."""
+    knobs, its start-up check and what it needs from the actor update (`verl_bot.actor_needs`)."""
 
     fn: Callable[..., Any]
     streams: tuple[str, ...] = ()
@@ -37,6 +38,7 @@ class EstimatorSpec:
     settings: type[MethodSettings] | None = None  # its knobs (`verl_bot.knobs`), read and checked at start-up
     check: StartupCheck | None = None
     scalar_knob: str | None = None  # a bool knob (a settings field) with which it takes one scalar per response
+    actor: ActorNeeds | None = None
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {
@@ -51,12 +53,20 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
     ),
     # GRPO on the summed rewards (any reward manager), times ReCo's response weights
     "reco": EstimatorSpec(
-        reco.compute_reco_advantage, token_level=False, settings=reco.RecoSettings, fields=reco.FIELDS
+        reco.compute_reco_advantage, token_level=False, settings=reco.RecoSettings, fields=reco.FIELDS,
+        actor=reco.NEEDS,
     ),
     # GRPO's advantage; its token weights are applied in the actor update (verl_bot.hooks.engine_forward_step)
     "grail": EstimatorSpec(
-        grail.compute_grail_advantage, token_level=False, settings=grail.GrailSettings, check=grail.startup_problem
+        grail.compute_grail_advantage, token_level=False, settings=grail.GrailSettings, check=grail.startup_problem,
+        actor=grail_update.NEEDS,
     ),
+    # turn-level BoT: returns over the following turns, a leave-one-out bag baseline (multi-turn tool loops)
+    "turn_bot": EstimatorSpec(turn_bot.compute_turn_bot_advantage, streams=turn_bot.STREAMS,
+                              settings=turn_bot.TurnBotSettings, check=turn_bot.startup_problem),
+    # the per-turn-index baseline (MT-GRPO's normalisation over T turns): the BIASED reference turn_bot is measured by
+    "turn_index_biased": EstimatorSpec(turn_index.compute_turn_index_advantage, streams=turn_index.STREAMS,
+                                       settings=turn_index.TurnIndexSettings),
 }
 
 

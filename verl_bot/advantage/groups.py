@@ -1,7 +1,10 @@
-"""Helpers shared by the estimators: per-group sums and row checks."""
+"""Helpers shared by the estimators: per-group sums, row checks, and which groups carry a signal."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 
 
@@ -22,3 +25,29 @@ def last_token_index(response_mask: torch.Tensor) -> torch.Tensor:
     """(B,) index of each row's last valid token (0 for rows without any); response_mask: (B, T)."""
     width = response_mask.shape[1]
     return width - 1 - (response_mask != 0).flip(1).to(torch.uint8).argmax(dim=1)
+
+
+def group_signal(rewards: Sequence[np.ndarray], layout: str) -> tuple[bool, float]:
+    """Whether an estimator can learn from a group (DAPO's dynamic sampling keeps only those), from the token
+    rewards of its valid rollouts as the `bot` manager laid them out (`verl_bot.rewards.settings.LAYOUTS`).
+
+    dense (BoT, PURE, PASS: every token standardized against the group's bag): the bag of every token reward has
+    a spread; scalar (GRPO and the other group estimators on G): the rollouts' rewards differ; returns: the
+    rollouts' sums differ, or a token before a rollout's last carries a reward (a local signal).
+
+    Args:
+        rewards: one (L_k,) array per valid rollout of the group.
+        layout: "dense", "returns" or "scalar".
+
+    Returns:
+        (has signal, the value the group collapses to: its first token reward (dense) or first sum (else)).
+    """
+    rows = [np.asarray(r, dtype=np.float64) for r in rewards]
+    if not rows:
+        return False, 0.0
+    if layout == "dense":
+        bag = np.concatenate(rows)
+        return len(rows) > 1 and bool(bag.size) and bool(bag.max() > bag.min()), float(bag[0]) if bag.size else 0.0
+    sums = np.array([row.sum() for row in rows])
+    local = layout == "returns" and any(row[:-1].any() for row in rows)
+    return len(rows) > 1 and (bool(sums.max() > sums.min()) or local), float(sums[0])

@@ -46,10 +46,11 @@ import numpy as np
 import torch
 from verl.utils.groupwise import as_torch_index
 
+from verl_bot.actor_needs import ActorNeeds
 from verl_bot.advantage.groups import group_sum, raise_for_rows
 from verl_bot.credit.context import current, report_metrics
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.knobs import MethodSettings, knob
+from verl_bot.knobs import MethodSettings, enum_name, knob
 
 DEFAULT_W_MAX = 5.0
 DEFAULT_RVAR_FLOOR = 1e-6
@@ -260,3 +261,24 @@ def compute_reco_advantage(
         }
     )
     return advantages, advantages
+
+
+def pairing_metrics(adv_estimator: str, loss_mode: str) -> dict[str, float]:
+    """`reco/weights_on` and `reco/token_ratio_on` (0/1) when either half of ReCo is on, else {}.
+
+    Each half works alone: the weights with any loss, the token ratio with any estimator.
+    """
+    weights, ratio = adv_estimator == "reco", loss_mode == "reco"
+    if not (weights or ratio):
+        return {}
+    return {"reco/weights_on": float(weights), "reco/token_ratio_on": float(ratio)}
+
+
+def pairing_step_metrics(config: Any, metrics: dict, rows: int, fields_s: float) -> None:
+    """`pairing_metrics` of the run into the iteration's metrics (ReCo's `ActorNeeds.metrics`, on both halves)."""
+    estimator = enum_name(config.algorithm.adv_estimator)
+    loss_mode = str(config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla"))
+    metrics.update(pairing_metrics(estimator, loss_mode))
+
+
+NEEDS = ActorNeeds(metrics=pairing_step_metrics)

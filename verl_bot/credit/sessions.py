@@ -11,7 +11,7 @@ last output's `reward_score` to the earlier outputs. The manager therefore:
   (`verl_bot.credit.verdict`), which `verl_bot.credit.token_credit` turns into output j's S_t;
 - returns `{"token_rewards": last, "by_trajectory": {fingerprint_j: reward_score_j}}`
   (`session_reward_score`), each output's rewards keyed by a fingerprint of its (prompt ids, response ids);
-  `verl_bot.step.rows` picks a row's entry by its own ids (`pick_trajectory`), so an output never trains on
+  `verl_bot.training.rows` picks a row's entry by its own ids (`pick_trajectory`), so an output never trains on
   another output's rewards.
 """
 

@@ -6,8 +6,10 @@ answer once (`verl_bot.credit.verdict.validate_verdict`) and calls `token_credit
 
 - G: the verdict's `global.score`, plus DAPO's overlong penalty when that shaping is on (`overlong_penalty`, on
   the last output's length). A failed scorer (`ScorerFailure`) has G = `failure_score`, no S, outcome and format 0.
-- r_t = w_g * G + w_s * S_t on every response token of every output; G is on every token, context tokens
-  included (their response mask is 0: they train nothing).
+- layout `dense`: r_t = w_g * G + w_s * S_t on every response token of every output; G is on every token,
+  context tokens included (their response mask is 0: they train nothing). Layout `returns` (verl's return-based
+  estimators: a return from t sums the rewards from t on): r_t = w_s * S_t, plus w_g * G on the last token of the
+  last output (where verl puts its own scalar), so the return from t is G plus the local signal after t.
 - S_t = clip(S^span_t + S^output + S^turn_t, -local_clip, local_clip) on the tokens the policy generated, and
   S_t = 0 on context tokens (a multi-turn response's tool replies and role headers), whatever a span covers:
     S^span_t   the mean of the verdict's span values over the characters token t produced (`spans.py`); the
@@ -17,7 +19,8 @@ answer once (`verl_bot.credit.verdict.validate_verdict`) and calls `token_credit
 - An EOS covers no character: no span reaches it; it gets G and its turn's value.
 - Several outputs (a multi-output session): each gets its own S and token rewards, under one G
   (`sessions.session_reward_score` keys them by fingerprint).
-- `token_level` false: one scalar w_g * G for verl's last token; turn values have no place (`turns_unused`).
+- layout `scalar`: one scalar w_g * G for verl's last token; turn values and local spans have no place: they are
+  counted (`turns_unused`, `local_unused`), so a run whose scorer's local signal goes nowhere shows it.
 - Metrics (`reward_extra_info`): `local_signal` 1 when a generated token of any output has S_t != 0;
   `local_on_context` (a response with context tokens) 1 when a span covered a context token, whose value was
   dropped; `score` (G), G's parts, `flags`, `solved`/`acc`, `scorer_failed`, `scorer_error`, `scorer_error_msg`.
@@ -40,7 +43,8 @@ from verl_bot.credit.verdict import ScorerFailure, Verdict, validate_verdict, ve
 FLAGS_KEY = "flags"
 LOCAL_SIGNAL_KEY = "local_signal"  # 1 when a generated token of the rollout has S_t != 0
 LOCAL_ON_CONTEXT_KEY = "local_on_context"  # 1 when a span covered a context token (its value dropped)
-TURNS_UNUSED_KEY = "turns_unused"  # 1 when a verdict's turn values met one reward per response (token_level=false)
+TURNS_UNUSED_KEY = "turns_unused"  # 1 when a verdict's turn values met one reward per response (the scalar layout)
+LOCAL_UNUSED_KEY = "local_unused"  # 1 when a verdict's local spans or output values met the scalar layout
 
 
 @dataclass(frozen=True)
@@ -95,14 +99,14 @@ class CreditSettings:
     w_local: float = 1.0
     local_clip: float = 1.0
     failure_score: float = 0.0
-    token_level: bool = True
+    layout: str = "dense"  # `verl_bot.rewards.settings.LAYOUTS`: dense, returns or scalar
     streams: tuple[str, ...] = ()
     overlong: tuple[int, int, float] | None = None
 
 
 @dataclass(frozen=True)
 class TokenCredit:
-    """What a rollout earned: `reward_score` as the manager returns it (a float with `token_level` false, else
+    """What a rollout earned: `reward_score` as the manager returns it (a float with the scalar layout, else
     a `verl_bot.credit.dense` form: token rewards, streams, a session's outputs by fingerprint) and
     `info`, its `reward_extra_info` entries."""
 
@@ -134,6 +138,25 @@ def compose_token_rewards(global_score: float, local_values: np.ndarray, w_globa
         (n,) float64 token rewards.
     """
     return w_global * global_score + w_local * np.asarray(local_values, dtype=np.float64)
+
+
+def compose_return_rewards(global_score: float, local_values: np.ndarray, w_global: float,
+                           w_local: float) -> np.ndarray:
+    """`r_t = w_s * S_t`, plus `w_g * G` on the last token: the return from token t (gamma = 1) is
+    `w_g * G + w_s * sum_{t' >= t} S_t'`.
+
+    Args:
+        global_score: G of the response (0 for an output that does not end the rollout).
+        local_values: (n,) S_t.
+        w_global, w_local: the weights w_g, w_s.
+
+    Returns:
+        (n,) float64 token rewards.
+    """
+    rewards = w_local * np.asarray(local_values, dtype=np.float64)
+    if len(rewards):
+        rewards[-1] += w_global * global_score
+    return rewards
 
 
 def output_local(verdict: Verdict, layout: TokenLayout, j: int) -> tuple[np.ndarray, np.ndarray]:
@@ -186,9 +209,11 @@ def token_credit(scored: Verdict | ScorerFailure, layout: TokenLayout, settings:
     outcome = 0.0 if failure is not None else verdict_outcome(verdict)
     if not math.isnan(outcome):
         info["solved"] = info["acc"] = outcome
-    if not settings.token_level:
+    if settings.layout == "scalar":
         if verdict["turns"]:
             info[TURNS_UNUSED_KEY] = 1.0
+        if verdict["local"] or any(entry["local"] or entry["value"] for entry in verdict["trajectories"]):
+            info[LOCAL_UNUSED_KEY] = 1.0
         return TokenCredit(settings.w_global * score, info)
 
     format_score = 0.0 if failure is not None else verdict_format(verdict)
@@ -199,7 +224,11 @@ def token_credit(scored: Verdict | ScorerFailure, layout: TokenLayout, settings:
         any_local = any_local or bool(np.any(local != 0))
         if output.mask is not None and has_context(output.mask):
             on_context.append(bool(np.any(span_values[~output.generated] != 0)))
-        token_rewards = compose_token_rewards(score, local, settings.w_global, settings.w_local).tolist()
+        if settings.layout == "returns":
+            g = score if j == len(layout.outputs) - 1 else 0.0
+            token_rewards = compose_return_rewards(g, local, settings.w_global, settings.w_local).tolist()
+        else:
+            token_rewards = compose_token_rewards(score, local, settings.w_global, settings.w_local).tolist()
         if settings.streams:
             streams = token_streams(settings.streams, score, local, output.token_spans, output.text, outcome,
                                     format_score, output.mask, settings.w_local)

@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from verl_bot.errors import VerlApiMismatch, VerlBotConfigError
+from verl_bot.errors import VerlApiMismatch
 
 logger = logging.getLogger("verl_bot")
 
@@ -52,16 +52,6 @@ def check_verl_version() -> None:
         logger.warning("%s (continuing: %s=1)", msg, ALLOW_MISMATCH_ENV)
         return
     raise VerlApiMismatch(f"{msg}; set {ALLOW_MISMATCH_ENV}=1 to try anyway")
-
-
-def inert(target: str, hook: str, consequence: str) -> VerlBotConfigError:
-    """The one-line stop of a verl-bot run in which one of its hooks never fired (verl took another way)."""
-    import verl
-
-    return VerlBotConfigError(
-        f"verl-bot: verl {verl.__version__}'s trainer went past {target} without verl-bot's hook there "
-        f"(verl_bot/{hook}): {consequence}; `python -m verl_bot.hooks.touch_points` lists the touch points"
-    )
 
 
 def unsupported_message(verl_version: str, what: str) -> str:

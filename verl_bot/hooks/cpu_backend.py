@@ -35,6 +35,11 @@ P7. `import verl.checkpoint_engine.hccl_checkpoint_engine` raises `ImportError` 
     CPU in every process that imports verl's trainer (the task runner, the trainer ranks, the agent-loop
     and reward-loop workers), none of which uses vLLM unless it serves a vLLM rollout, which imports it
     itself. On the CPU platform no HCCL device exists, so nothing changes but the cost.
+P8. `verl.utils.model.load_valuehead_model` (PPO's critic, `algorithm.adv_estimator=gae`) loads the critic's
+    `AutoModelForTokenClassification` with `attn_implementation="flash_attention_2"` written into the call, not
+    read from the critic's `override_config`, and falls back to trl's value head only when that fails; flash-attn
+    has no CPU build. On the CPU platform the same load asks for PyTorch's `sdpa` (the attention every other
+    model of a CPU run uses), with every other argument as verl passes it.
 """
 
 from __future__ import annotations
@@ -160,14 +165,39 @@ class NoHcclEngine:
 
 
 P7 = "no HCCL checkpoint engine (its import imports vLLM)"
+P8 = "verl.utils.model.load_valuehead_model(attn_implementation=sdpa)"
+
+
+def _sdpa_value_model() -> str:
+    import verl.utils.model as verl_model
+
+    original = verl_model.load_valuehead_model
+    if not getattr(original, PATCHED_ATTR, False):
+        from verl_bot.hooks.compat import check_signature
+
+        check_signature(original, ["local_path", "torch_dtype", "model_config", "trust_remote_code"], P8)
+
+        @functools.wraps(original)
+        def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+            from transformers import AutoModelForTokenClassification
+
+            return AutoModelForTokenClassification.from_pretrained(
+                pretrained_model_name_or_path=local_path, torch_dtype=torch_dtype, config=model_config,
+                attn_implementation="sdpa", trust_remote_code=trust_remote_code,
+            )
+
+        setattr(load_valuehead_model, PATCHED_ATTR, True)
+        LEDGER.setattr(verl_model, "load_valuehead_model", load_valuehead_model, P8)
+    return P8
 
 
 def install() -> list[str]:
     """Apply P1, P2, P6 and P7, and P5 once verl imports its FSDP engine (idempotent, in the ledger); returns
     their names."""
     when_imported(FSDP_ENGINE, functools.partial(LEDGER.step, f"CPU backend {P5}", _unpinned_offload_policy))
+    when_imported("verl.utils.model", functools.partial(LEDGER.step, f"CPU backend {P8}", _sdpa_value_model))
     return [
-        _rollout_registry(), _gloo_default_backend(), P5,
+        _rollout_registry(), _gloo_default_backend(), P5, P8,
         _meta_path_finder(VllmCpuDistribution, P6, first=False),  # a metadata finder: after the import finders
         _meta_path_finder(NoHcclEngine, P7, first=True),  # before the finder that would import the module
     ]

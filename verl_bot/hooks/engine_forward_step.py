@@ -1,67 +1,69 @@
-"""Hook: `verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead.forward_step` (GRAIL's token weights).
+"""Hook: `verl.workers.engine.fsdp.transformer_impl.FSDPEngineWithLMHead.forward_step` (a method's token weights).
 
-The one place of verl's actor update that has both the model the update uses
-(`self.module`) and each micro-batch with its packed model inputs. For a
-training micro-batch that carries GRAIL's knobs (`verl_bot_grail`, put in
-`batch.extra_info` by `verl_bot.hooks.v1.update_actor`) and span codes, before
+The one place of verl's actor update that has both the model the update uses (`self.module`) and each micro-batch
+with its packed model inputs. For a training micro-batch that carries the knobs of a method whose
+`verl_bot.actor_needs.ActorNeeds` declares token `weights` (GRAIL's: `verl_bot.advantage.grail_update`), before
 verl's own `forward_step`:
 
-1. `self.prepare_model_inputs(micro_batch)` (verl's own: packed or padded
-   layout, temperatures);
-2. the saliency of every response token, `verl_bot.advantage.grail.answer_saliency`,
-   under the engine's autocast: one forward and one backward to the detached
-   embedding leaf (`torch.autograd.grad`: parameter gradients untouched; the
-   attribution graph is freed before verl's forward);
-3. the weights, `verl_bot.advantage.grail.grail_weights`, per sequence;
-4. verl's `forward_step` runs with its loss function wrapped: the wrapper
-   multiplies the micro-batch's `advantages` by the weights (a shallow copy of
-   the micro-batch, nothing else changes) and adds `grail/...` metrics.
+1. `self.prepare_model_inputs(micro_batch)` (verl's own: packed or padded layout, temperatures), and the
+   micro-batch as the method reads it (`MicroBatch`: the coordinates of the positions predicting each response
+   token, per-row responses, masks, advantages and the method's token fields, nested on v1 or right-padded on the
+   legacy trainer);
+2. the method's weights, one (n_i,) tensor per response;
+3. verl's `forward_step` runs with its loss function wrapped: the wrapper multiplies the micro-batch's
+   `advantages` by the weights (a shallow copy of the micro-batch, nothing else changes) and adds the method's
+   diagnostics as loss metrics `<prefix><name>` (a time, `*_s`, summed over micro-batches; the rest averaged).
 
-Why here and not a wrapper of `verl.workers.utils.losses.ppo_loss`: verl's
-worker module binds `ppo_loss` by name at import (`from ... import ppo_loss`,
-imported before any plugin runs) and `init_model` binds that into a partial,
-so wrapping the losses module's function never reaches the loss verl calls.
-The loss function arriving here is whatever verl bound (`ppo_loss`,
-`distillation_ppo_loss`, or one set with `set_loss_fn`), so the wrapper always
-reaches it.
-
-Supported (start-up checks in `verl_bot.launch.preflight` refuse the rest): the FSDP2
-engine, no Ulysses sequence parallelism, no fused kernels, no distillation,
-text-only models.
+Why here and not a wrapper of `verl.workers.utils.losses.ppo_loss`: verl's worker module binds `ppo_loss` by name
+at import and `init_model` binds that into a partial, so wrapping the losses module's function never reaches the
+loss verl calls. The loss function arriving here is whatever verl bound (`ppo_loss`, `distillation_ppo_loss`, or
+one set with `set_loss_fn`), so the wrapper always reaches it. Text-only models; no Ulysses sequence parallelism
+(each method's start-up check refuses what it cannot take).
 """
 
 from __future__ import annotations
 
 import functools
-import time
 from contextlib import nullcontext
 from typing import Any
 
 import torch
 
-from verl_bot.advantage.grail import (
-    SETTINGS_KEY,
-    SPAN_CONTENT,
-    SPAN_FIELD,
-    SPAN_MARKER,
-    GrailSettings,
-    answer_saliency,
-    grail_weights,
-    reweighted_rows,
-    weight_stats,
-)
+from verl_bot.actor_needs import ActorNeeds, MicroBatch
+from verl_bot.advantage import ESTIMATORS
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks.wrap import wrap
+from verl_bot.losses import LOSSES
 
 TEXT_INPUTS = {"input_ids", "attention_mask", "position_ids", "cu_seqlens", "cu_seqlens_cpu"}
+WEIGHING = [spec.actor for spec in (*ESTIMATORS.values(), *LOSSES.values())
+            if spec.actor is not None and spec.actor.weights is not None]
 
 
-def _rows(nested: torch.Tensor) -> list[torch.Tensor]:
-    return list(nested.unbind())
+def _rows(column: torch.Tensor, lengths: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """(n_i,) rows of a micro-batch column: a nested tensor's rows, or a right-padded one's cut to `lengths`."""
+    if column.is_nested:
+        return list(column.unbind())
+    return [row[: int(n)] for row, n in zip(column, lengths, strict=True)]
 
 
 def _lengths(rows: list[torch.Tensor]) -> torch.Tensor:
     return torch.tensor([len(r) for r in rows], dtype=torch.long)
+
+
+def response_lengths(micro_batch: Any) -> torch.Tensor:
+    """(B,) each response's length: a nested `responses`' row sizes (v1), else each row's sequence length minus its
+    prompt's (the legacy trainer's right-padded responses; `input_ids` is nested on both)."""
+    responses = micro_batch["responses"]
+    if responses.is_nested:
+        return responses.offsets().diff().cpu()
+    seq_lens = micro_batch["input_ids"].offsets().diff().cpu()
+    prompts = micro_batch["prompts"]
+    prompt_lens = (micro_batch["attention_mask"][:, : prompts.shape[1]].sum(-1).cpu() if "attention_mask" in
+                   micro_batch.keys() else None)
+    if prompt_lens is None:
+        raise RuntimeError("a right-padded actor micro-batch without its attention mask")
+    return seq_lens - prompt_lens
 
 
 def response_positions(seq_lens: torch.Tensor, resp_lens: torch.Tensor, packed: bool):
@@ -86,75 +88,61 @@ def response_positions(seq_lens: torch.Tensor, resp_lens: torch.Tensor, packed: 
     return row_of, in_seq, row_of, col_of
 
 
-def _pad(values: torch.Tensor, row_of: torch.Tensor, col_of: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-    out = values.new_zeros(shape)
-    out[row_of, col_of] = values
-    return out
-
-
-def micro_batch_weights(engine: Any, micro_batch: Any, settings: GrailSettings) -> tuple[list[torch.Tensor], dict]:
-    """GRAIL weights of one micro-batch: one (n_i,) float32 tensor per response, and its diagnostics."""
+def micro_batch_view(engine: Any, data: Any, fields: tuple[str, ...]) -> MicroBatch:
+    """The micro-batch `data` as a method's `ActorNeeds.weights` reads it (`verl_bot.actor_needs.MicroBatch`)."""
     from verl.utils import tensordict_utils as tu
     from verl.utils.device import get_device_name
 
-    model_inputs, output_args = engine.prepare_model_inputs(micro_batch=micro_batch)
+    model_inputs, output_args = engine.prepare_model_inputs(micro_batch=data)
     extra = sorted(set(model_inputs) - TEXT_INPUTS)
     if extra:
-        raise VerlBotConfigError(f"adv_estimator=grail supports text-only models; the actor's inputs have {extra}")
-    packed = bool(tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True))
-    responses = _rows(micro_batch["responses"])
-    codes = _rows(micro_batch[SPAN_FIELD])
-    masks = _rows(micro_batch["response_mask"])
-    advantages = _rows(micro_batch["advantages"])
-    resp_lens = _lengths(responses)
-    seq_lens = micro_batch["input_ids"].offsets().diff().cpu()
-    if not (torch.equal(resp_lens, _lengths(codes)) and torch.equal(resp_lens, _lengths(advantages))):
-        raise RuntimeError("GRAIL: span codes, advantages and responses of a micro-batch differ in length")
-    rows, cols, row_of, col_of = response_positions(seq_lens, resp_lens, packed)
-    device = micro_batch["input_ids"].device
-    span = torch.cat(codes).to(device, torch.long)
-    labels = torch.cat(responses).to(device, torch.long)
-    answer = (span == SPAN_MARKER) | (span == SPAN_CONTENT)
-    if packed:
-        temperature = output_args["temperature_rmpad"][cols.to(device)]
-    else:
-        temperature = output_args["temperature"][rows.to(device)]
+        raise VerlBotConfigError(f"verl-bot's token weights support text-only models; the actor's inputs have {extra}")
+    packed = bool(tu.get_non_tensor_data(data=data, key="use_remove_padding", default=True))
+    resp_lens = response_lengths(data)
+    columns = {name: _rows(data[name], resp_lens) for name in ("responses", "response_mask", "advantages", *fields)}
+    if any(not torch.equal(resp_lens, _lengths(rows)) for rows in columns.values()):
+        raise RuntimeError("verl-bot: the token fields, advantages and responses of a micro-batch differ in length")
+    seq_lens = data["input_ids"].offsets().diff().cpu()
+    rows, cols, _, _ = response_positions(seq_lens, resp_lens, packed)
+    device = data["input_ids"].device
+    rows, cols = rows.to(device), cols.to(device)
+    temperature = output_args["temperature_rmpad"][cols] if packed else output_args["temperature"][rows]
     dtype = getattr(engine, "_autocast_dtype", torch.bfloat16)
-    autocast = nullcontext() if dtype == torch.float32 else torch.autocast(device_type=get_device_name(), dtype=dtype)
-    with autocast:
-        scores = answer_saliency(
-            engine.module, model_inputs, rows.to(device), cols.to(device), labels, answer, temperature,
-            leaf_source=settings.leaf_source,
-        )
-    shape = (len(resp_lens), int(resp_lens.max()) if len(resp_lens) else 0)
-    row_of, col_of = row_of.to(device), col_of.to(device)
-    mask = _pad(torch.cat(masks).to(device, torch.float32), row_of, col_of, shape)
-    adv = _pad(torch.cat(advantages).to(device, torch.float32), row_of, col_of, shape)
-    row_adv = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-    reweight = reweighted_rows(row_adv, settings.rollout_symmetry)
-    span_pad = _pad(span, row_of, col_of, shape)
-    weights = grail_weights(
-        _pad(scores, row_of, col_of, shape), span_pad, mask, reweight,
-        std=settings.std, mean=settings.mean, w_min=settings.w_min, w_max=settings.w_max,
+    return MicroBatch(
+        module=engine.module, model_inputs=model_inputs, rows=rows, cols=cols,
+        labels=torch.cat(columns["responses"]).to(device, torch.long), temperature=temperature, lengths=resp_lens,
+        masks=columns["response_mask"], advantages=columns["advantages"],
+        fields={name: columns[name] for name in fields},
+        autocast=lambda: nullcontext() if dtype == torch.float32 else torch.autocast(get_device_name(), dtype=dtype),
+        synchronize=_sync_device,
     )
-    stats = weight_stats(weights, span_pad, mask, reweight, settings.w_max)
-    return [weights[i, : int(n)] for i, n in enumerate(resp_lens)], stats
 
 
-def weighted_loss(loss_function, row_weights: list[torch.Tensor], stats: dict[str, float]):
-    """`loss_function` with the micro-batch's advantages multiplied by `row_weights`, plus `grail/` metrics."""
+def weighted_advantages(advantages: torch.Tensor, row_weights: list[torch.Tensor]) -> torch.Tensor:
+    """`advantages` (nested (B, n_i), or right-padded (B, T)) times each row's weights (n_i,), same layout."""
+    if advantages.is_nested:
+        return torch.nested.as_nested_tensor(
+            [a * w.to(a.device, a.dtype) for a, w in zip(advantages.unbind(), row_weights, strict=True)],
+            layout=torch.jagged,
+        )
+    weights = torch.ones_like(advantages)
+    for i, w in enumerate(row_weights):
+        weights[i, : len(w)] = w.to(advantages.device, advantages.dtype)
+    return advantages * weights
+
+
+def weighted_loss(loss_function, row_weights: list[torch.Tensor], stats: dict[str, float], prefix: str):
+    """`loss_function` with the micro-batch's advantages multiplied by `row_weights`, plus `<prefix><name>`
+    metrics (a time, `*_s`, summed over micro-batches; the rest averaged)."""
     from verl.utils.metric import AggregationType, Metric
 
     def loss(model_output, data, dp_group=None):
         data = data.copy()
-        rows = _rows(data["advantages"])
-        data["advantages"] = torch.nested.as_nested_tensor(
-            [a * w.to(a.device, a.dtype) for a, w in zip(rows, row_weights, strict=True)], layout=torch.jagged
-        )
+        data["advantages"] = weighted_advantages(data["advantages"], row_weights)
         value, metrics = loss_function(model_output=model_output, data=data, dp_group=dp_group)
         for name, v in stats.items():
-            kind = AggregationType.SUM if name == "saliency_s" else AggregationType.MEAN
-            metrics[f"grail/{name}"] = Metric(value=v, aggregation=kind)
+            kind = AggregationType.SUM if name.endswith("_s") else AggregationType.MEAN
+            metrics[f"{prefix}{name}"] = Metric(value=v, aggregation=kind)
         return value, metrics
 
     return loss
@@ -168,31 +156,32 @@ def _sync_device() -> None:
         sync()
 
 
+def weighing(data: Any) -> tuple[ActorNeeds, dict] | None:
+    """The method whose knobs the micro-batch `data` carries and whose needs declare token weights, with its knobs."""
+    from verl.utils import tensordict_utils as tu
+
+    for needs in WEIGHING:
+        knobs = tu.get_non_tensor_data(data=data, key=needs.key, default=None)
+        if knobs is not None:
+            return needs, dict(knobs)
+    return None
+
+
 def _make_forward_step(original):
     @functools.wraps(original)
     def forward_step(self, micro_batch, loss_function, forward_only):
-        from verl.utils import tensordict_utils as tu
         from verl.utils.device import get_device_id
 
-        raw = tu.get_non_tensor_data(data=micro_batch, key=SETTINGS_KEY, default=None)
-        if forward_only or loss_function is None or raw is None:
+        found = None if forward_only or loss_function is None else weighing(micro_batch)
+        if found is None:
             return original(self, micro_batch, loss_function=loss_function, forward_only=forward_only)
-        if SPAN_FIELD not in micro_batch.keys():
-            raise RuntimeError(f"GRAIL: the actor micro-batch has no {SPAN_FIELD} (written by hooks/update_actor.py)")
+        needs, knobs = found
         if getattr(self, "use_ulysses_sp", False):
-            raise VerlBotConfigError("adv_estimator=grail does not support Ulysses sequence parallelism")
-        micro_batch = micro_batch.to(get_device_id())
-        settings = GrailSettings(**raw)
-        if settings.sync_timing:  # only when asked: a synchronization stops the host from running ahead
-            _sync_device()
-        start = time.perf_counter()
-        row_weights, stats = micro_batch_weights(self, micro_batch, settings)
-        if settings.sync_timing:
-            _sync_device()
-        stats["saliency_s"] = time.perf_counter() - start
-        return original(
-            self, micro_batch, loss_function=weighted_loss(loss_function, row_weights, stats), forward_only=forward_only
-        )
+            raise VerlBotConfigError("verl-bot's token weights do not support Ulysses sequence parallelism")
+        data = micro_batch.to(get_device_id())
+        row_weights, stats = needs.weights(micro_batch_view(self, data, needs.fields), knobs)
+        wrapped = weighted_loss(loss_function, row_weights, stats, needs.metric_prefix)
+        return original(self, data, loss_function=wrapped, forward_only=forward_only)
 
     return forward_step
 

@@ -2,12 +2,12 @@
 
 verl's `ppo_loss` selects the tensors a registered policy loss gets from the
 micro-batch and drops the rest, including the `verl_bot_loss` knobs that
-the trainer adapter shipped with the update (`verl_bot.step.actor_update`). The actor
+the trainer adapter shipped with the update (`verl_bot.training.actor_update`). The actor
 worker binds this module global in `init_model` (`partial(ppo_loss,
 config=actor_config)`), after verl-bot's plugin was loaded by the worker's
 `import verl`. The wrapper reads the knobs from the micro-batch and makes them
 `verl_bot.credit.context.loss_settings()` while verl's own `ppo_loss` runs, and adds
-the loss metric `KNOBS_METRIC` (which `verl_bot.step.actor_update.update_metrics` requires of every update of a
+the loss metric `KNOBS_METRIC` (which `verl_bot.training.actor_update.update_metrics` requires of every update of a
 verl-bot loss: a hook gone inert stops the run); without them it calls verl's
 function untouched. Not covered: verl's distillation loss, which calls its own
 reference to `ppo_loss` (the start-up checks refuse a verl-bot loss with distillation).
@@ -19,7 +19,7 @@ import functools
 
 from verl_bot.credit.context import use_loss_settings
 from verl_bot.hooks.wrap import wrap
-from verl_bot.step.actor_update import KNOBS_METRIC, LOSS_KNOBS_KEY
+from verl_bot.training.actor_update import KNOBS_METRIC, LOSS_KNOBS_KEY
 
 
 def _make_ppo_loss(original):

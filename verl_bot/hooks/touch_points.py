@@ -75,23 +75,17 @@ def check(path: str, wanted: Callable[[str], bool] = lambda module: True,
     return list(findings.values())
 
 
-def path_of(config) -> str:
-    """The trainer path a run's config selects: "v1" (`trainer.use_v1`, verl 0.9's default) or "legacy"."""
-    return "v1" if config.trainer.get("use_v1", True) else "legacy"
-
-
 def run_modules(config) -> Callable[[str], bool]:
     """The verl modules of `PLAN` a run imports somewhere: vLLM's rollout only when the run's rollout is vLLM."""
     rollout = str(config.actor_rollout_ref.rollout.get("name", ""))
     return lambda module: rollout == "vllm" or not module.startswith(VLLM_ROLLOUT)
 
 
-def require(config) -> None:
-    """Stop a verl-bot run before Ray (`VerlBotConfigError`, one line) when a touch point of its trainer path is
-    changed or missing in the installed verl, or verl-bot went off in this process (`LEDGER.failure`)."""
+def require(config, path: str) -> None:
+    """Stop a verl-bot run before Ray (`VerlBotConfigError`, one line) when a touch point of its trainer path `path`
+    is changed or missing in the installed verl, or verl-bot went off in this process (`LEDGER.failure`)."""
     import verl
 
-    path = path_of(config)
     # a step installed in this process checked its targets then (and a user's own wrapper may stand over verl-bot's
     # since): only the others are checked here, all of them once verl-bot is off (everything was undone)
     installed = frozenset(INSTALLED) if LEDGER.failure is None else frozenset()

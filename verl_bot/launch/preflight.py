@@ -71,6 +71,7 @@ from typing import Any
 
 from verl_bot.advantage import EstimatorSpec, estimator_spec
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.launch.entry_points import trainer_path
 from verl_bot.launch.families import longrope_problem, read_hf_config
 from verl_bot.launch.trainer_modes import trainer_mode_problem
 from verl_bot.launch.verl_surface import surface_problem
@@ -128,7 +129,7 @@ def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> l
 
 def _token_level_problem(config: Any, estimator: str, spec: EstimatorSpec, settings: dict | None) -> str | None:
     algorithm = config.get("algorithm") or {}
-    dense = settings is not None and bool(settings["token_level"])
+    dense = settings is not None and settings["layout"] == "dense"
     scalar_key = f"{spec.settings.prefix}{spec.scalar_knob}" if spec.settings and spec.scalar_knob else None
     if algorithm.get("use_kl_in_reward", False):
         return (
@@ -139,10 +140,13 @@ def _token_level_problem(config: Any, estimator: str, spec: EstimatorSpec, setti
     if dense or (scalar_key and getattr(spec.settings.from_config(algorithm), spec.scalar_knob)):
         return None
     manager = ((config.get("reward") or {}).get("reward_manager") or {}).get("name")
-    where = "token_level=false" if settings is not None else f"reward.reward_manager.name={manager}"
+    layout = settings["layout"] if settings is not None else "scalar"
+    where = (f"reward.reward_manager.name={manager} gives one scalar per response (on its last token)"
+             if settings is None else
+             f"token_level={'returns' if layout == 'returns' else 'false'} gives G on the last token only")
     return (
-        f"adv_estimator={estimator} needs a reward on every token, but {where} gives one scalar per response "
-        "(on its last token); set reward.reward_manager.name=bot with +reward.reward_kwargs.bot.token_level=true"
+        f"adv_estimator={estimator} needs a reward on every token, but {where}; set "
+        "reward.reward_manager.name=bot with +reward.reward_kwargs.bot.token_level=true"
         + (f", or +algorithm.{scalar_key}=true to spread each scalar over its tokens" if scalar_key else "")
     )
 
@@ -230,8 +234,9 @@ async def _check_credentials(servers: list[HttpScorer]) -> None:
         await server.check_credentials()
 
 
-def check_config(config: Any) -> None:
-    """Raise `VerlBotConfigError` (one line) for the first thing in `config` that cannot work with verl-bot."""
+def check_config(config: Any, path: str | None = None) -> None:
+    """Raise `VerlBotConfigError` (one line) for the first thing in `config` that cannot work with verl-bot on
+    trainer path `path` ("v1", "legacy"; None: the one `trainer.use_v1` selects)."""
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
     spec = estimator_spec(estimator)
     methods = methods_in_use(config)
@@ -248,7 +253,7 @@ def check_config(config: Any) -> None:
     problem = chat_template_problem(config.actor_rollout_ref.get("model") or {}) or rope_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
-    problem = trainer_mode_problem(config) or surface_problem(config)
+    problem = trainer_mode_problem(config, path or trainer_path(config)) or surface_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
     settings = manager_settings(config) if bot_manager else None

@@ -15,6 +15,10 @@ the manager with its streams, multi-turn credit and the served PRM run as on v1,
 GRAIL, whose token weights reach the actor's forward as per-response (nested) fields of the v1 update; a
 multi-output agent loop stops the legacy run at its first sample (the legacy agent loop takes one output).
 
+DAPO's dynamic sampling (`algorithm.filter_groups`): with the `bot` manager the v1 replay buffer keeps exactly the
+groups the run's estimator learns from (`verl_bot.hooks.v1.replay_buffer`); refused on the legacy trainers (no
+filter in verl 0.9.1) and where no group is "without signal" for the estimator (`filter_groups_problem`).
+
 LoRA (`actor_rollout_ref.model.lora_rank > 0`): verl's vLLM rollout loads the adapter; verl-bot's CPU `hf`
 rollout (`verl_bot.cpu.hf_rollout`) takes merged weights only (`actor_rollout_ref.model.lora.merge=true`),
 else its first weight update would stop the run after every model had loaded (`lora_problem`).
@@ -75,9 +79,15 @@ def lora_problem(config: Any) -> str | None:
 
 
 def legacy_problem(config: Any, on_cpu: bool = False) -> str | None:
-    """What verl-bot cannot run on verl's legacy trainer (`trainer.use_v1=false`), or None."""
-    if config.trainer.get("use_v1", True):
-        return None
+    """What verl-bot cannot run on verl's legacy trainers (`RayPPOTrainer` and its subclasses), or None."""
+    filter_groups = (config.algorithm.get("filter_groups") or {})
+    if filter_groups.get("enable", False):
+        return (
+            "algorithm.filter_groups.enable=true on a legacy trainer (RayPPOTrainer or a subclass): verl 0.9.1's "
+            "legacy trainers have no group filter (DAPO's dynamic sampling runs in the v1 trainer's replay buffer, "
+            "where verl-bot drops the groups its estimator cannot learn from), and a recipe trainer's own filter reads "
+            "a metric that does not say which groups carry signal; use trainer.use_v1=true"
+        )
     estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
     if estimator == "grail":
         return (
@@ -95,8 +105,34 @@ def legacy_problem(config: Any, on_cpu: bool = False) -> str | None:
     return None
 
 
-def trainer_mode_problem(config: Any) -> str | None:
-    """The first trainer mode or feature of `config` that cannot run (see the module docstring), or None."""
+def filter_groups_problem(config: Any) -> str | None:
+    """Why DAPO's dynamic sampling (`algorithm.filter_groups.enable=true`) cannot keep exactly the groups the run's
+    estimator learns from, with the `bot` manager (`verl_bot.hooks.v1.replay_buffer` drops the others), or None."""
+    from verl_bot.knobs import enum_name
+    from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
+
+    if not (config.algorithm.get("filter_groups") or {}).get("enable", False) or not bot_manager_in_use(config):
+        return None
+    estimator = enum_name(config.algorithm.adv_estimator)
+    if manager_settings(config)["layout"] == "returns":
+        return (
+            f"algorithm.filter_groups.enable=true with adv_estimator={estimator}: DAPO's dynamic sampling drops the "
+            f"groups a group-relative estimator cannot learn from, and {estimator} has no group baseline (it learns "
+            "from every group: its returns against a critic or the batch); set algorithm.filter_groups.enable=false"
+        )
+    if estimator == "vps":
+        return (
+            "algorithm.filter_groups.enable=true with adv_estimator=vps: GRPO-VPS's belief progress is not in the "
+            "rewards the filter reads, so a group of equal G may still carry its signal; set "
+            "algorithm.filter_groups.enable=false"
+        )
+    return None
+
+
+def trainer_mode_problem(config: Any, path: str) -> str | None:
+    """The first trainer mode or feature of `config` that cannot run on trainer path `path` ("v1", "legacy"; see
+    the module docstring), or None."""
     on_cpu = str(config.trainer.get("device", "cuda")) == "cpu"  # the CPU platform's runs (verl_bot/cpu/overrides.txt)
-    return (separate_async_problem(config, on_cpu=on_cpu) or lora_problem(config)
-            or legacy_problem(config, on_cpu=on_cpu))
+    legacy = legacy_problem(config, on_cpu=on_cpu) if path == "legacy" else None
+    return (separate_async_problem(config, on_cpu=on_cpu) or lora_problem(config) or legacy
+            or filter_groups_problem(config))

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from verl_bot.actor_needs import ActorNeeds
+from verl_bot.advantage.reco import NEEDS as RECO_NEEDS
 from verl_bot.advantage.reco import RecoSettings
 from verl_bot.knobs import MethodSettings, StartupCheck
 from verl_bot.losses import reco
@@ -25,16 +27,20 @@ from verl_bot.losses import reco
 
 @dataclass(frozen=True)
 class LossSpec:
-    """A verl-bot policy loss: verl's `PolicyLossFn`, its knobs (`verl_bot.knobs`) and its start-up check."""
+    """A verl-bot policy loss: verl's `PolicyLossFn`, its knobs (`verl_bot.knobs`), its start-up check and what it
+    needs from the actor update besides its knobs (`verl_bot.actor_needs`)."""
 
     fn: Callable[..., Any]
     settings: type[MethodSettings] | None = None
     check: StartupCheck | None = None
+    actor: ActorNeeds | None = None
 
 
 LOSSES: dict[str, LossSpec] = {
     # ReCo's token ratio; its knobs are ReCo's, declared once with its response weights (verl_bot.advantage.reco)
-    "reco": LossSpec(reco.compute_policy_loss_reco, settings=RecoSettings, check=reco.startup_problem),
+    "reco": LossSpec(
+        reco.compute_policy_loss_reco, settings=RecoSettings, check=reco.startup_problem, actor=RECO_NEEDS
+    ),
 }
 
 

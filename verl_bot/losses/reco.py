@@ -167,14 +167,3 @@ def compute_policy_loss_reco(
         }
     )
     return loss, metrics
-
-
-def pairing_metrics(adv_estimator: str, loss_mode: str) -> dict[str, float]:
-    """`reco/weights_on` and `reco/token_ratio_on` (0/1) when either half of ReCo is on, else {}.
-
-    Each half works alone: the weights with any loss, the token ratio with any estimator.
-    """
-    weights, ratio = adv_estimator == "reco", loss_mode == "reco"
-    if not (weights or ratio):
-        return {}
-    return {"reco/weights_on": float(weights), "reco/token_ratio_on": float(ratio)}

@@ -228,6 +228,25 @@ def local_signal(rewards: np.ndarray, scores: np.ndarray, lengths: np.ndarray, w
     return (np.asarray(rewards, dtype=np.float64) - w_global * repeated) / w_local
 
 
+def local_signal_returns(rewards: np.ndarray, scores: np.ndarray, lengths: np.ndarray, w_global: float,
+                         w_local: float) -> np.ndarray:
+    """S_t of every token from the `bot` manager's `returns` layout: `r_t = w_s * S_t`, plus `w_g * G` on each
+    rollout's last token.
+
+    Args:
+        rewards: (N,) the token rewards of B rollouts, concatenated. scores: (B,) each rollout's G.
+        lengths: (B,) each rollout's token count (sum N). w_global, w_local: the manager's w_g, w_s (w_s != 0).
+
+    Returns:
+        (N,) float64 S_t.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    on_last = np.zeros(int(lengths.sum()), dtype=np.float64)
+    ends = np.cumsum(lengths)[lengths > 0] - 1
+    on_last[ends] = w_global * np.asarray(scores, dtype=np.float64)[lengths > 0]
+    return (np.asarray(rewards, dtype=np.float64) - on_last) / w_local
+
+
 def step_histograms(values: Mapping[str, np.ndarray], bins: int = HISTOGRAM_BINS) -> dict[str, Histogram]:
     """{tracker key: histogram} of a step's token values {"rewards"|"local"|"advantages": (N,)}, those with any."""
     out = {HISTOGRAM_KEYS[name]: histogram(array, bins) for name, array in values.items()}

@@ -29,13 +29,16 @@ defaults in `verl_bot.rewards.settings`):
                             no part in training (advantage 0: verl_bot.hooks.v1.multi_trajectory)
     max_failure_rate  0.5   the run stops when more than this share of a step's rollouts
     failure_patience  3     ... failed, this many steps in a row (verl_bot.hooks.v1.compute_advantage)
-    token_level       auto  false: return only w_g * G as one scalar, which verl puts on
-                            the last token (its stock layout): the global-reward-only
-                            input of the GRPO/GSPO/DAPO baselines, same scorers; auto:
-                            true for the estimators that read dense rewards (bot, pure,
-                            pass), false for every other (verl's grpo, rloo, gae, ...,
-                            reco, vps, grail), which would add G up over the tokens;
-                            true with such an estimator is refused at start-up
+    token_level       auto  the layout (`verl_bot.rewards.settings.LAYOUTS`): true = dense
+                            (r_t = w_g G + w_s S_t on every token); returns = w_g G on
+                            the last token and w_s S_t on the tokens it covers; false =
+                            only w_g * G as one scalar on the last token (verl's stock
+                            layout: the GRPO/GSPO/DAPO baselines' input); auto: dense
+                            for the estimators that read dense rewards (bot, pure,
+                            pass), returns for verl's return-based ones (gae,
+                            reinforce_plus_plus, remax, the optimal token baselines),
+                            false for every other (grpo, rloo, reco, vps, grail, ...);
+                            true with a non-dense estimator is refused at start-up
 
 DAPO's overlong shaping reads verl's own keys, as verl's `dapo` manager does:
 `+reward.reward_kwargs.overlong_buffer_cfg.{enable,len,penalty_factor}` and
@@ -124,7 +127,7 @@ class BoTRewardManager(RewardManagerBase):
         self.credit = CreditSettings(
             w_global=self.settings["w_global"], w_local=self.settings["w_local"],
             local_clip=self.settings["local_clip"], failure_score=self.settings["failure_score"],
-            token_level=token_level, overlong=overlong_settings(config),
+            layout=self.settings["layout"], overlong=overlong_settings(config),
             streams=streams_for((config.get("algorithm") or {}).get("adv_estimator")) if token_level else (),
         )
         self.scorers = build_scorers(
@@ -204,7 +207,7 @@ class BoTRewardManager(RewardManagerBase):
         logger.error("%s", message)
         zeros = [0.0] * length
         info = {FATAL_KEY: message, "scorer_failed": 1.0}
-        if not self.credit.token_level:
+        if self.credit.layout == "scalar":
             return {"reward_score": 0.0, "reward_extra_info": info}
         if not self.credit.streams:
             return {"reward_score": zeros, "reward_extra_info": info}

@@ -3,7 +3,7 @@
 The legacy trainer keeps the whole step in one `DataProto` on the driver (TaskRunner) and computes the
 advantages with the module function `ray_trainer.compute_advantage`; its agent-loop workers pad each output and
 stack them in `AgentLoopWorker._postprocess`. What verl-bot adds to a step is the same as on v1
-(`verl_bot.step`); this folder reads and writes the legacy trainer's `DataProto` for it.
+(`verl_bot.training`); this folder reads and writes the legacy trainer's `DataProto` for it.
 
     agent_loop          AgentLoopWorker._agent_loop_postprocess, AgentLoopWorker._postprocess
                         dense rm_scores rows and bot_stream_<name> fields; a fatal marker stops the run;

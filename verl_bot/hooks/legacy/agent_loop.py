@@ -14,8 +14,9 @@ reward manager (any other run: verl's methods, unchanged):
    becomes); the rows' `reward_extra_info` dicts stay one object column `reward_extra_info` (a scorer reports
    its own parts, so rows differ in keys, which verl's flattening and its concatenation of the workers' batches
    refuse); after verl's method, each row's `rm_scores` is its dense vector and each named stream a right-padded
-   (B, T) field `bot_stream_<name>` (`verl_bot.step.rows.dense_fields`, the v1 adapter's conversion), and the
-   column `verl_bot.step.rows.DENSE_MARK` says which rows are dense (the advantage step checks this hook fired).
+   (B, T) field `bot_stream_<name>` (`verl_bot.training.rows.dense_fields`, the v1 adapter's conversion), and the
+   column `verl_bot.training.rows.DENSE_MARK` holds each dense row's checksum (the advantage step checks it),
+   every field assigned whole (never written through a tensor verl handed out).
 
 `AgentLoopWorkerTQ` (the v1 agent loop) overrides `_agent_loop_postprocess` and never calls `_postprocess`:
 these wrappers see the legacy trainer's rollouts only.
@@ -33,7 +34,7 @@ from verl_bot.credit.dense import is_dense
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks.wrap import wrap
 from verl_bot.rewards.settings import bot_manager_in_use
-from verl_bot.step.rows import DENSE_MARK, dense_fields
+from verl_bot.training.rows import DENSE_MARK, dense_fields
 
 DENSE_KEY = "verl_bot_dense_reward"
 INFO_KEY = "reward_extra_info"
@@ -79,10 +80,13 @@ def hold_infos(inputs: list) -> list[Any]:
     return dense
 
 
-def write_dense(out: Any, inputs: list, dense: list[Any]) -> None:
-    """Each dense row's `rm_scores` and `bot_stream_<name>` fields into the stacked batch `out` (B, T)."""
-    rm_scores = out.batch["rm_scores"]
+def dense_columns(out: Any, inputs: list, dense: list[Any]) -> dict[str, Any]:
+    """The stacked batch `out`'s new `rm_scores` (B, T) with each dense row's vector, its `bot_stream_<name>` fields
+    (B, T) and the `DENSE_MARK` column (B,): each dense row's checksum, "" for the others. Built anew, to be
+    assigned: a batch whose fields are copies keeps them."""
+    rm_scores = out.batch["rm_scores"].clone()
     streams: dict[str, torch.Tensor] = {}
+    marks = np.array([""] * len(inputs), dtype=object)
     for row, (item, reward_score) in enumerate(zip(inputs, dense, strict=True)):
         if reward_score is None:
             continue
@@ -90,12 +94,12 @@ def write_dense(out: Any, inputs: list, dense: list[Any]) -> None:
         fields = dense_fields(reward_score, length, {})
         if "extra_fields" in fields:  # a vector of the wrong length
             raise VerlBotConfigError(str(fields["extra_fields"][INFO_KEY][FATAL_KEY]))
+        marks[row] = fields.pop(DENSE_MARK)
         rm_scores[row] = 0.0
         rm_scores[row, :length] = fields.pop("rm_scores")
         for name, values in fields.items():
             streams.setdefault(name, torch.zeros_like(rm_scores))[row, :length] = torch.as_tensor(values)
-    for name, values in streams.items():
-        out.batch[name] = values
+    return {"rm_scores": rm_scores, **streams, DENSE_MARK: marks}
 
 
 def _make_postprocess(original):
@@ -110,9 +114,11 @@ def _make_postprocess(original):
         held = held if held is not None else [None] * len(inputs)
         infos[:] = [info if isinstance(info, dict) else {} for info in held]
         out.non_tensor_batch[INFO_KEY] = infos
-        out.non_tensor_batch[DENSE_MARK] = np.array([int(r is not None) for r in dense], dtype=np.int64)
         if any(reward_score is not None for reward_score in dense):
-            write_dense(out, inputs, dense)
+            columns = dense_columns(out, inputs, dense)
+            out.non_tensor_batch[DENSE_MARK] = columns.pop(DENSE_MARK)
+            for name, values in columns.items():
+                out.batch[name] = values
         return out
 
     return _postprocess

@@ -19,9 +19,9 @@ so the row gets zeros and its `reward_extra_info` (a copy: multi-output rows
 share the dict) gets the `verl_bot.errors.FATAL_KEY` marker, which stops the
 run at the next sample (`verl_bot.hooks.v1.replay_buffer`).
 
-Each dense row also carries `DENSE_MARK` in its extra fields: a step of the `bot` manager's dense rewards in
-which no row has it went past this hook (a verl that stores trajectories another way), and
-`verl_bot.hooks.v1.compute_advantage` stops the run there instead of training on one scalar per response.
+Each dense row also carries `DENSE_MARK`, the checksum of its token rewards, in its extra fields
+(`verl_bot.training.rows`): the advantage step stops a run in which no row has it (a verl that stores trajectories
+another way: one scalar per response) or a row's rewards no longer match it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from verl_bot.credit.dense import is_dense
 from verl_bot.hooks.wrap import wrap
-from verl_bot.step.rows import DENSE_MARK, dense_fields
+from verl_bot.training.rows import DENSE_MARK, dense_fields
 
 
 def _make_as_dict(original):
@@ -47,8 +47,11 @@ def _make_as_dict(original):
         finally:
             self.reward_score = reward_score
         ids = (self.prompt_ids, self.response_ids)
-        output.update(dense_fields(reward_score, output["response_mask"].numel(), output["extra_fields"], ids))
-        output["extra_fields"] = {**output["extra_fields"], DENSE_MARK: 1}
+        fields = dense_fields(reward_score, output["response_mask"].numel(), output["extra_fields"], ids)
+        mark = fields.pop(DENSE_MARK, None)
+        output.update(fields)
+        if mark is not None:
+            output["extra_fields"] = {**output["extra_fields"], DENSE_MARK: mark}
         return output
 
     return as_dict

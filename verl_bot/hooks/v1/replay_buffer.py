@@ -22,6 +22,15 @@ A group whose rollouts failed because the rollout engine is gone carries a
 marker entry instead (`verl_bot.hooks.v1.rollout_failure`): its tag, which the
 buffer already holds, stops the run the same way, with the engine's error.
 
+With DAPO's dynamic sampling (`algorithm.filter_groups.enable=true`) and the `bot` manager, the armed buffer's
+`_dapo_filtered_keys` drops exactly the finished groups the run's estimator cannot learn from, whatever
+`filter_groups.metric` says (`verl_bot.advantage.groups.group_signal` over each group's token rewards as the
+manager laid them out, its failed rollouts left out): verl's metric `reward` sums the token rewards (about
+L * w_g * G + w_s * sum S with dense rewards: a group with one G and no S would be kept whenever its lengths
+differ), and `acc` would drop a group whose S still separates its rollouts. Each classification is made once per
+group, as verl's own cache does; `sample` reports `verl_bot/filter_groups/dropped` (groups dropped),
+`.../dropped_where_metric_differs` and `.../kept_where_metric_equal` (where verl's metric would have said otherwise).
+
 With `actor_rollout_ref.rollout.full_determinism=true` the armed buffer also
 gives each batch its rows in one order: its prompts in the order the trainer put
 them (the dataloader's), each group's rollouts by their response tokens. verl
@@ -38,17 +47,28 @@ never stopped. It costs one TransferQueue read of the batch's response ids.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from verl_bot.advantage.groups import group_signal
 from verl_bot.errors import FATAL_KEY, RolloutEngineError, VerlBotConfigError
+from verl_bot.hooks.v1.batch import column_values, rows_of
 from verl_bot.hooks.v1.rollout_failure import MARKER_SUFFIX
 from verl_bot.hooks.wrap import original_of, wrap
 from verl_bot.launch.activation import in_use
+from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
 
 SEEN_ATTR = "_verl_bot_checked_uids"
 CHECK = "_terminal_eviction_reasons"
 ORDER = "_materialize_batch"
+DAPO = "_dapo_filtered_keys"
+SAMPLE = "sample"
+SIGNAL_ATTR = "_verl_bot_group_signal"  # partition -> {uid: Classified}
+COUNTS_ATTR = "_verl_bot_filter_counts"  # what the next `sample` reports
 
 
 def first_fatal(extra_fields: list) -> tuple[int, str | None]:
@@ -127,16 +147,97 @@ def response_ids(partition_id: str, keys: list[str]) -> dict[str, tuple[int, ...
     return {key: tuple(row.tolist()) for key, row in zip(keys, rows, strict=True)}
 
 
+@dataclass(frozen=True)
+class Classified:
+    """One finished group: whether the run's estimator can learn from it, the value it collapses to (verl's counts
+    of filtered groups by value), and whether verl's `filter_groups.metric` would drop it."""
+
+    signal: bool
+    value: float
+    metric_drops: bool
+
+
+def metric_drops(rows: list[tuple[np.ndarray, dict]], metric: str) -> bool:
+    """verl's own classification of a group of (token rewards, reward_extra_info) rows: its metric (`reward`: the
+    summed token rewards) the same for every rollout."""
+    values = [float(r.sum()) if metric == "reward" else float(info.get(metric, np.nan)) for r, info in rows]
+    return len(values) > 1 and float(np.std(values)) == 0.0
+
+
+def classify(rows: list[tuple[np.ndarray, dict]], layout: str, metric: str) -> Classified:
+    """A finished group's `Classified` from its (token rewards, reward_extra_info) rows, failed rollouts left out
+    of the signal (they take no part in training)."""
+    valid = [r for r, info in rows if not float(info.get("scorer_failed", 0.0) or 0.0) > 0]
+    signal, value = group_signal(valid, layout)
+    return Classified(signal, value, metric_drops(rows, metric))
+
+
+def group_rows(partition_id: str, keys: list[str]) -> dict[str, list[tuple[np.ndarray, dict]]]:
+    """{uid: [(token rewards (n,), reward_extra_info)]} of the trajectories `keys`, read from TransferQueue."""
+    import transfer_queue as tq
+
+    grouped: dict[str, list[tuple[np.ndarray, dict]]] = {}
+    if not keys:
+        return grouped
+    data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores", "extra_fields"])
+    for key, rewards, extra in zip(keys, rows_of(data["rm_scores"]), column_values(data["extra_fields"]),
+                                   strict=True):
+        info = extra.get("reward_extra_info") if isinstance(extra, dict) else None
+        grouped.setdefault(key.split("_")[0], []).append((rewards.double().numpy(), info if isinstance(info, dict)
+                                                          else {}))
+    return grouped
+
+
+def without_signal(buffer: Any, partition_id: str, layout: str) -> tuple[set[str], Counter]:
+    """verl's `_dapo_filtered_keys` for the `bot` manager: the finished groups without signal (each classified once,
+    forgotten once verl no longer holds it) and their {value: count}; the counts for `sample` are noted."""
+    if partition_id == "val":
+        return set(), Counter()
+    cache = buffer.__dict__.setdefault(SIGNAL_ATTR, {}).setdefault(partition_id, {})
+    finished = buffer.finished_keys[partition_id]
+    for uid in set(cache) - finished:
+        del cache[uid]
+    new = finished - set(cache)
+    keys = [key for key in buffer.partitions[partition_id]
+            if key.split("_")[0] in new and not key.endswith(MARKER_SUFFIX)]
+    grouped = group_rows(partition_id, keys)
+    counts = buffer.__dict__.setdefault(COUNTS_ATTR, Counter())
+    for uid in new:
+        found = cache[uid] = classify(grouped.get(uid, []), layout, buffer.filter_groups_metric)
+        counts["dropped"] += not found.signal
+        counts["dropped_where_metric_differs"] += not found.signal and not found.metric_drops
+        counts["kept_where_metric_equal"] += found.signal and found.metric_drops
+    dropped = {uid for uid, found in cache.items() if not found.signal}
+    return dropped, Counter(cache[uid].value for uid in dropped)
+
+
+def filter_by_signal(buffer: Any, layout: str) -> None:
+    """Make `buffer`'s DAPO filter `without_signal` (manager layout `layout`), and its `sample` report the counts."""
+    original_sample = getattr(buffer, SAMPLE)
+
+    @functools.wraps(original_sample)
+    def sample(*args, **kwargs):
+        batch, metrics = original_sample(*args, **kwargs)
+        counts = buffer.__dict__.pop(COUNTS_ATTR, Counter())
+        metrics.update({f"verl_bot/filter_groups/{name}": float(counts[name])
+                        for name in ("dropped", "dropped_where_metric_differs", "kept_where_metric_equal")})
+        return batch, metrics
+
+    setattr(buffer, DAPO, lambda partition_id: without_signal(buffer, partition_id, layout))
+    setattr(buffer, SAMPLE, sample)
+
+
 def armed(buffer: Any) -> bool:
     """False for verl's buffer whose fatal-marker check `arm` never installed (a custom sampler without that
     method is never checked: True)."""
     return getattr(buffer, CHECK, None) is None or CHECK in vars(buffer)
 
 
-def arm(buffer: Any, ordered: bool = False) -> Any:
+def arm(buffer: Any, ordered: bool = False, layout: str | None = None) -> Any:
     """Make `buffer`'s (this object's only) `_terminal_eviction_reasons` check for fatal markers first (a custom
     sampler without that method is left as it is: it is not checked); `ordered`: its batches' rows in put order
-    (`in_put_order`)."""
+    (`in_put_order`); `layout` (the `bot` manager's, when DAPO's filter is on): its filter by signal
+    (`filter_by_signal`)."""
     original = getattr(buffer, CHECK, None)
     if original is None:
         return buffer
@@ -159,6 +260,8 @@ def arm(buffer: Any, ordered: bool = False) -> Any:
             return materialize(partition_id, selected_prompt_uids, snapshot, *args, **kwargs)
 
         setattr(buffer, ORDER, _materialize_batch)
+    if layout is not None and getattr(buffer, "filter_groups_metric", None) is not None and hasattr(buffer, DAPO):
+        filter_by_signal(buffer, layout)
     return buffer
 
 
@@ -168,7 +271,9 @@ def _make_build_replay_buffer(original):
         buffer = original(self, *args, **kwargs)
         if not in_use(self.config):
             return buffer
-        return arm(buffer, ordered=bool(self.config.actor_rollout_ref.rollout.get("full_determinism", False)))
+        layout = manager_settings(self.config)["layout"] if bot_manager_in_use(self.config) else None
+        ordered = bool(self.config.actor_rollout_ref.rollout.get("full_determinism", False))
+        return arm(buffer, ordered=ordered, layout=layout)
 
     return _build_replay_buffer
 
@@ -182,4 +287,7 @@ def install() -> list[str]:
     check_signature(original_of(ReplayBuffer, CHECK), ["self", "global_steps", "partition_id"], f"ReplayBuffer.{CHECK}")
     check_signature(original_of(ReplayBuffer, ORDER), ["self", "partition_id", "selected_prompt_uids",
                                                        "partition_snapshot"], f"ReplayBuffer.{ORDER}")
+    check_signature(original_of(ReplayBuffer, DAPO), ["self", "partition_id"], f"ReplayBuffer.{DAPO}")
+    check_signature(original_of(ReplayBuffer, SAMPLE), ["self", "global_steps", "partition_id", "batch_size"],
+                    f"ReplayBuffer.{SAMPLE}")
     return [wrap(PPOTrainer, "_build_replay_buffer", ["self"], _make_build_replay_buffer)]

@@ -1,24 +1,23 @@
 """The token records of a training step, on the steps `algorithm.token_report_steps` asks for (both trainers).
 
-The trainer adapter passes a reader of the step's rows as `verl_bot.observe.token_records.build_records` reads
-them (uid, key, data_source, prompt and response ids, rewards and advantages per token, info), called only on
-a recorded step, after verl wrote the advantages.
+The rows are read through the iteration's `verl_bot.training.batch.TrainingBatch` (`record_rows`), only on a
+recorded step, after verl wrote the advantages.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.observe import token_records
+from verl_bot.training.batch import TrainingBatch, record_rows
 
 RECORDED_ATTR = "_verl_bot_recorded_step"
 logger = logging.getLogger("verl_bot")
 
 
-def record_step(trainer: Any, read_rows: Callable[[], list[dict]]) -> None:
+def record_step(trainer: Any, batch: TrainingBatch) -> None:
     """Write the token records of this step when `algorithm.token_report_steps` asks for it.
 
     A step outside the run raises `VerlBotConfigError` (at the first step, before any update); a failure to
@@ -37,7 +36,7 @@ def record_step(trainer: Any, read_rows: Callable[[], list[dict]]) -> None:
     try:
         estimator = str(getattr(algorithm.adv_estimator, "value", algorithm.adv_estimator))
         groups = int(algorithm.get(token_records.GROUPS_KEY, token_records.DEFAULT_GROUPS))
-        records = token_records.build_records(step, estimator, read_rows(), trainer.tokenizer, groups)
+        records = token_records.build_records(step, estimator, record_rows(batch), trainer.tokenizer, groups)
         folder = token_records.record_dir(algorithm, trainer.config.trainer.default_local_dir)
         # a step with several advantage calls appends to its file (only the last step is remembered)
         path = token_records.write_records(folder, step, records, append=trainer.__dict__.get(RECORDED_ATTR) == step)

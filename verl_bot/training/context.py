@@ -1,14 +1,12 @@
-"""The batch context of one advantage computation, and the stop when the scorers keep failing.
+"""The batch context of one advantage computation (`step_context`), and the stop when the scorers keep failing.
 
-Both trainer adapters call `step_context` with the batch's rows (each trajectory's `extra_fields`, with its
-`reward_extra_info`, plus its `data_source`), its padding rows and two readers for what the configured estimator
-declared (`EstimatorSpec.streams`, `EstimatorSpec.fields`); the context is active (`verl_bot.credit.context`)
-while verl computes the advantages.
+The context holds the rows, the failed ones, and what the configured estimator declared (`EstimatorSpec.streams`,
+`EstimatorSpec.fields`), read through `verl_bot.training.batch.TrainingBatch`; it is active
+(`verl_bot.credit.context`) while verl computes the advantages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +15,7 @@ from verl_bot.advantage import estimator_spec
 from verl_bot.credit.context import BatchContext
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
+from verl_bot.training.batch import TrainingBatch, streams
 
 STREAK_ATTR = "_verl_bot_failure_streak"
 
@@ -50,26 +49,20 @@ def check_failure_rate(streak: list[float], share: float, rows: list[dict], fail
     )
 
 
-def step_context(
-    trainer: Any,
-    rows: list[dict],
-    padding: torch.Tensor,
-    read_streams: Callable[[tuple[str, ...]], dict[str, torch.Tensor]],
-    read_fields: Callable[[list[str]], dict[str, torch.Tensor]],
-) -> tuple[BatchContext | None, dict[str, float]]:
+def step_context(trainer: Any, batch: TrainingBatch) -> tuple[BatchContext | None, dict[str, float]]:
     """The batch context of this step's advantage call and the metrics it adds, or (None, {}) for a run with
     neither verl-bot's manager nor one of its estimators.
 
     With the `bot` manager: the failed rows, and the failure-rate stop (`check_failure_rate`, its streak kept on
-    `trainer`). Args: `rows` (B,) dicts as above; `padding` (B,) bool, rows verl added to fill the batch;
-    `read_streams(names)` -> stream name -> (B, T); `read_fields(names)` -> field name -> (B, T).
+    `trainer`).
     """
     config = trainer.config
     spec = estimator_spec(config.algorithm.adv_estimator)
     bot_manager = bot_manager_in_use(config)
     if spec is None and not bot_manager:
         return None, {}
-    ctx = BatchContext(rows=rows)
+    rows, padding = batch.rows(), batch.padding()
+    ctx = BatchContext(rows=rows, sessions=batch.sessions())
     metrics = {}
     if bot_manager:
         settings = manager_settings(config)
@@ -79,7 +72,7 @@ def step_context(
         check_failure_rate(trainer.__dict__.setdefault(STREAK_ATTR, []), share, rows, ctx.failed, settings)
         metrics["verl_bot/scorer_failed_rows"] = float(ctx.failed.sum())
     if spec is not None and spec.streams:
-        ctx.streams = read_streams(spec.streams)
+        ctx.streams = streams(batch, spec.streams)
     if spec is not None and spec.fields:
-        ctx.tensors.update(read_fields(list(spec.fields)))
+        ctx.tensors.update(batch.padded(list(spec.fields)))
     return ctx, metrics

@@ -3,7 +3,7 @@
 Both trainers compute every estimator's advantages through one verl function with the whole batch as a
 `DataProto` (v1: `trainer_base.compute_advantage_for_multi_trajectories`, `verl_bot.hooks.v1.multi_trajectory`;
 legacy: `ray_trainer.compute_advantage`, `verl_bot.hooks.legacy.compute_advantage`). When the active batch
-context (`verl_bot.step.context`) marks rows whose scorer failed (timeout, 5xx, garbage: no verdict, so no reward
+context (`verl_bot.training.context`) marks rows whose scorer failed (timeout, 5xx, garbage: no verdict, so no reward
 to learn from), `advantages_without_failures`:
 
 1. gives each failed row a group of its own (a fresh uid) and zero token
@@ -30,6 +30,9 @@ failure fails its whole session: a group counts its valid sessions, not rows.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -108,39 +111,42 @@ def exclusion_uids(
     return new_uids, zero
 
 
-def advantages_without_failures(original, data, batch_keys, adv_estimator, *args, **kwargs):
-    """verl's advantage function `original(data, *args, **kwargs)` with the failed rows of the active batch
-    context out of their groups (see the module docstring); `batch_keys` (B,) verl's row keys, or None where the
-    trainer has none (legacy: a row is a rollout). Without an active context: `original` as it is."""
-    call = (data, batch_keys, adv_estimator) if batch_keys is not None else (data, adv_estimator)
+def advantages_without_failures(compute: Callable[[Any], Any], data: Any, adv_estimator: Any) -> Any:
+    """`compute(data)` (verl's advantage function on the step's `DataProto` `data`) with the failed rows of the
+    active batch context out of their groups (see the module docstring). Without an active context:
+    `compute(data)` as it is.
+
+    Every change to `data` and to the result is an assignment of a whole field (never a write through a tensor
+    verl handed out), so a batch class whose field access returns copies keeps it.
+    """
     ctx = current()
     if ctx is None:
-        return original(*call, *args, **kwargs)
+        return compute(data)
     _calls[0] += 1
     for name in CONTEXT_TENSORS:
         if name in data.batch.keys():
             ctx.tensors[name] = data.batch[name]
-    ctx.sessions = session_keys(list(batch_keys)) if batch_keys is not None else None
     estimator = str(getattr(adv_estimator, "value", adv_estimator))
     if ctx.sessions is not None and estimator != "bot" and estimator_spec(estimator) is not None:
         refuse_multi_output(estimator, ctx.sessions)
     failed = ctx.failed.numpy() if ctx.failed is not None else None
     if failed is None or not failed.any():
-        return original(*call, *args, **kwargs)
+        return compute(data)
 
     uids = data.non_tensor_batch["uid"]
     new_uids, zero = exclusion_uids(uids, failed, ctx.sessions)
-    rows = torch.as_tensor(failed, device=data.batch["token_level_rewards"].device)
+    rewards = data.batch["token_level_rewards"]
+    rows = torch.as_tensor(failed, device=rewards.device)
     data.non_tensor_batch["uid"] = new_uids
-    data.batch["token_level_rewards"] = torch.where(rows[:, None], 0.0, data.batch["token_level_rewards"])
+    data.batch["token_level_rewards"] = torch.where(rows[:, None], 0.0, rewards)
     try:
-        out = original(*call, *args, **kwargs)
+        out = compute(data)
     finally:
         data.non_tensor_batch["uid"] = uids
     out.non_tensor_batch["uid"] = uids
     zero_rows = torch.as_tensor(np.flatnonzero(zero), device=rows.device)
-    out.batch["advantages"][zero_rows] = 0.0  # the estimator's own output: a few rows, in place
-    if estimator != "gae":
-        out.batch["returns"][zero_rows] = 0.0
+    names = ["advantages"] if estimator == "gae" else ["advantages", "returns"]
+    for name in names:
+        out.batch[name] = out.batch[name].index_fill(0, zero_rows, 0.0)
     ctx.metrics["verl_bot/zero_advantage_rows"] = float(zero.sum())
     return out
