@@ -1,9 +1,11 @@
-"""End-to-end: per-turn credit through verl's `ToolAgentLoop` on the CPU (the `toy_calc` task, one trainer start).
+"""End-to-end: per-turn credit through verl's `ToolAgentLoop` on the CPU (two trainer starts: `bot` on `toy_calc`
+with the v1 trainer, `turn_bot` on `toy_turns` with the legacy trainer, whose checks are its test's docstring).
 
 verl 0.9.1's real trainer (hf rollout, 2 steps) with `multi_turn.enable=true`, the `calc` function tool
 (`verl_bot/cpu/calc_tool.py`), a tiny model warm-started to call it (`--warm-start toy_calc`) and the built-in
 per-turn scorer `builtin:toy_calc`. A probe loaded through verl's `VERL_USE_EXTERNAL_MODULES` records, at verl's
-advantage step, every row's response ids, response mask, token rewards and advantages. The test then checks:
+advantage step, every row's response ids, response mask, token rewards and advantages (and what `turn_bot` gets
+and returns). The `bot` test then checks:
 
 - some rollout called the tool and answered after its reply: its mask runs 1 -> 0 -> 1;
 - each turn's mask-1 tokens (its EOS included) carry w_g * G + w_s * clip(v_turn), where G and v_turn are what the
@@ -67,7 +69,33 @@ def advantage_step_probe(data, *args, **kwargs):
 
 
 trainer_base.compute_advantage_for_multi_trajectories = advantage_step_probe
+from verl.trainer.ppo import core_algos
+
+_turn_bot = core_algos.ADV_ESTIMATOR_REGISTRY["turn_bot"]
+
+
+def turn_bot_probe(token_level_rewards, response_mask, index=None, config=None, **kwargs):
+    """What verl hands `turn_bot` (its rewards, mask, uids, the active turn_reward stream) and what it returns."""
+    from verl_bot.credit.streams import active_streams
+
+    (stream,) = active_streams("turn_bot", ("turn_reward",), response_mask).values()
+    advantages, returns = _turn_bot(token_level_rewards, response_mask, index, config, **kwargs)
+    _write({"estimator": "turn_bot", "uid": [str(u) for u in index], "mask": response_mask.tolist(),
+            "rewards": token_level_rewards.tolist(), "turn_reward": stream.tolist(),
+            "advantages": advantages.tolist()})
+    return advantages, returns
+
+
+core_algos.ADV_ESTIMATOR_REGISTRY["turn_bot"] = turn_bot_probe
 '''
+
+
+TOOL_LOOP = [
+    "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+    "actor_rollout_ref.rollout.multi_turn.enable=true",
+    "actor_rollout_ref.rollout.multi_turn.format=hermes",
+    f"actor_rollout_ref.rollout.multi_turn.function_tool_path={ROOT / 'verl_bot' / 'cpu' / 'calc_tool.py'}",
+]
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +146,7 @@ def test_tool_agent_loop_gets_per_turn_rewards_and_bot_advantages(workdir):
         "reward.reward_manager.name=bot",
         f"+reward.reward_kwargs.bot.w_local={W_LOCAL}",
         "data.max_response_length=96",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-        "actor_rollout_ref.rollout.multi_turn.enable=true",
-        "actor_rollout_ref.rollout.multi_turn.format=hermes",
-        f"actor_rollout_ref.rollout.multi_turn.function_tool_path={ROOT / 'verl_bot' / 'cpu' / 'calc_tool.py'}",
+        *TOOL_LOOP,
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
     ]).finish(timeout=600)
     records = [json.loads(line) for line in run.probe.read_text().splitlines() if line.strip()]
@@ -160,3 +185,92 @@ def test_tool_agent_loop_gets_per_turn_rewards_and_bot_advantages(workdir):
                 assert len({adv for _, adv in per_turn}) > 1, "differing turn values, equal advantages"
                 differing += 1
     assert differing > 0, "no rollout whose turns got differing values"
+
+
+# ------------------------------------------------------------------- turn_bot on toy_turns, verl's legacy trainer
+@pytest.fixture(scope="module")
+def turns_workdir(workdir) -> Path:
+    """A toy_turns warm-started tiny model and toy_turns parquet files beside the module's probe."""
+    import pandas as pd
+
+    from verl_bot.cpu.tiny_model import build_model
+    from verl_bot.cpu.toy_turns import rows
+
+    root = workdir / "turns"
+    build_model(root / "model", warm_start="toy_turns", warm_start_kwargs={"steps": 300})
+    pd.DataFrame(rows(32, 0, "train")).to_parquet(root / "train.parquet")
+    pd.DataFrame(rows(8, 1, "test")).to_parquet(root / "val.parquet")
+    (root / "probe").symlink_to(workdir / "probe")
+    return root
+
+
+def offline_turn_reward(tokenizer, prompt_ids: list[int], ids: list[int], mask: list[int]) -> np.ndarray:
+    """w_s times toy_turns' value of each generated token's turn (no spans: its mean S), 0 on tool tokens,
+    recomputed here from the rollout's ids."""
+    from verl_bot.credit.spans import token_char_spans
+    from verl_bot.credit.turns import turn_ids, turn_layout
+    from verl_bot.rewards.builtin import PROBLEM, toy_turns
+    from verl_bot.rewards.calc import evaluate
+
+    prompt = tokenizer.decode(prompt_ids, skip_special_tokens=True)
+    text, spans = token_char_spans(tokenizer, ids)
+    verdict = toy_turns(prompt, text, evaluate(PROBLEM.search(prompt).group(1)), None,
+                        turns=turn_layout(mask, spans) if 0 in mask else None)
+    value = {entry["turn"]: np.clip(entry["value"], -1, 1) for entry in verdict["turns"]}
+    return np.array([W_LOCAL * value[t] if m else 0.0 for t, m in zip(turn_ids(mask), mask, strict=True)])
+
+
+def test_turn_bot_chooses_its_turns_through_verls_legacy_trainer(turns_workdir):
+    """`turn_bot` on toy_turns through verl's legacy trainer and its ToolAgentLoop (2 steps, discount 0.5): the
+    manager's `turn_reward` stream is w_s times toy_turns' turn values recomputed from the ids; the estimator gets
+    it in verl's batch and returns tests/unit/test_turn_credit.py's slow reference of what it got; the policy took
+    1 and >= 2 turns; an earlier turn's return carries a later turn's reward; tool tokens get 0."""
+    from transformers import AutoTokenizer
+
+    from tests.unit.test_turn_credit import reference_turn_bot
+    from verl_bot.credit.turns import turn_count, turn_ids
+
+    run = Run(turns_workdir, "turn_bot_legacy", [
+        "trainer.use_v1=false",
+        "algorithm.adv_estimator=turn_bot",
+        "+algorithm.turn_bot_discount=0.5",
+        "reward.reward_manager.name=bot",
+        f"+reward.reward_kwargs.bot.w_local={W_LOCAL}",
+        "data.max_response_length=128",
+        *TOOL_LOOP,
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
+    ]).finish(timeout=600)
+    log = run.output()
+    assert "Legacy trainer `main_ppo_v0.py` is deprecated" in log, log[-3000:]
+    assert "verl-bot 0.1.0 is in use in this run (algorithm.adv_estimator=turn_bot)" in log, log[-3000:]
+    records = [json.loads(line) for line in run.probe.read_text().splitlines() if line.strip()]
+    scored = [r for r in records if r.get("scored")]
+    calls = [r for r in records if r.get("estimator") == "turn_bot"]
+    assert scored and len(calls) == 2, run.output(4000)
+    tokenizer = AutoTokenizer.from_pretrained(turns_workdir / "model")
+
+    # the manager: the stream is w_s times each turn's value, on the turn's generated tokens, 0 on tool tokens
+    counts = set()
+    for row in scored:
+        stream = row["rewards"]["streams"]["turn_reward"]
+        np.testing.assert_allclose(stream, offline_turn_reward(tokenizer, row["prompt"], row["responses"],
+                                                                row["mask"]), atol=1e-6)
+        counts.add(min(turn_count(row["mask"]), 2))
+    assert counts == {1, 2}, "the policy did not choose between one turn and more"
+
+    # the estimator: verl's batch carries the stream; the advantages are the slow reference's, 0 on tool tokens
+    later = 0
+    for call in calls:
+        rewards, mask, stream = (np.array(call[k]) for k in ("rewards", "mask", "turn_reward"))
+        expected = reference_turn_bot(rewards, mask, stream, call["uid"], gamma=0.5)
+        np.testing.assert_allclose(call["advantages"], expected, atol=1e-4)
+        assert (np.array(call["advantages"])[mask == 0] == 0).all(), "a tool token got an advantage"
+        streams = [r["rewards"]["streams"]["turn_reward"] for r in scored]
+        for m, u in zip(mask, stream, strict=True):
+            assert any(np.allclose(u[: len(s)], s) and not u[len(s):].any() for s in streams), u  # the manager's
+            if turn_count(m) >= 2:  # turn 0's tokens: their reward and their return differ by the later turns'
+                later += bool(np.any(u[(m == 1) & (turn_ids(m) >= 1)] != 0))
+    assert later > 0, "no rollout with a later turn that earned a reward"
+    metrics = [json.loads(ln)["data"] for ln in run.metrics.read_text().splitlines() if ln.strip()]
+    assert any("turn_bot/turns_per_rollout" in m and "reward/flag/wasted_call/mean" in m for m in metrics), metrics
+
