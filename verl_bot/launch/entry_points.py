@@ -28,16 +28,20 @@ class Entry:
     cpu_problem: str | None = None
 
 
+STANDALONE = (
+    "its actor (verl's DetachActorWorker) sends the weights to a standalone rollout pool over a checkpoint engine "
+    "of NCCL, NIXL or Mooncake, which the CPU platform has none of (verl's naive engine syncs colocated replicas only)"
+)
 ENTRIES: dict[str, Entry] = {
     "verl.trainer.main_ppo.TaskRunnerV1": Entry("PPOTrainer", "v1", "python -m verl.trainer.main_ppo"),
     "verl.trainer.main_ppo_v0.TaskRunner": Entry(
         "RayPPOTrainer", "legacy", "python -m verl.trainer.main_ppo trainer.use_v1=false"
     ),
     "verl.experimental.one_step_off_policy.main_ppo.OneStepTaskRunner": Entry(
-        "OneStepOffRayTrainer", "legacy", "python -m verl.experimental.one_step_off_policy.main_ppo",
+        "OneStepOffRayTrainer", "legacy", "python -m verl.experimental.one_step_off_policy.main_ppo", STANDALONE,
     ),
     "verl.experimental.fully_async_policy.fully_async_main.FullyAsyncTaskRunner": Entry(
-        "FullyAsyncTrainer", "legacy", "python -m verl.experimental.fully_async_policy.fully_async_main",
+        "FullyAsyncTrainer", "legacy", "python -m verl.experimental.fully_async_policy.fully_async_main", STANDALONE,
     ),
 }
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verl_bot.rewards.settings import RETURN_ESTIMATORS
+
 TESTED, REFUSED, NEUTRAL, NOT_RUN = "tested", "refused", "neutral", "not run"
 STATUSES = {
     TESTED: "a test runs it (the test ids named; a repo test checks that each exists)",
@@ -172,16 +174,19 @@ MULTI_MODAL = neutral("images, videos and audio are prompt inputs: the `bot` man
 UNSEEN_SCALAR = neutral("sums each response's token rewards into one score: the `bot` manager gives it w_g G on "
                         "the last token (`token_level` auto), as verl's `naive` manager gives its score; not run "
                         "with verl-bot")
-# verl's estimators that read the token rewards as returns (verl/trainer/ppo/core_algos.py), the first two tested
-RETURN_ESTIMATORS = ("gae", "reinforce_plus_plus", "remax", "optimal_token_baseline", "tir_optimal_token_baseline")
+# verl's estimators that read the token rewards as returns (`RETURN_ESTIMATORS`), the first two tested
 RETURN_ESTIMATOR = neutral("reads the token rewards as returns (reward-to-go, per token), like `gae` (tested): the "
                            "`bot` manager gives it the same `returns` layout (G on the last token, S_t on the tokens "
                            "it covers: `verl_bot/rewards/settings.py`); not run with verl-bot")
 
 # ------------------------------------------------------------------------------------------ the entry modules
-ASYNC_ENTRY = refused("verl-bot's step logic is checked on this trainer only where tested")
-ASYNC_NOTE = ("see docs/verl_setups.md; verl calls the start-up checks inside Ray on this trainer "
-              "(one_step_off_policy) or not at all (fully_async_main), so the refusal needs a hook of its driver")
+ASYNC_ENTRY = not_run(
+    "its driver's `run_ppo` runs the start-up checks before Ray (`verl_bot/hooks/run_ppo.py`) and refuses the CPU "
+    "platform, where verl's standalone rollout has no checkpoint engine (`verl_bot/launch/entry_points.py`); the "
+    "step logic runs through `RayPPOTrainer.__init__` and the functions `separation.ray_trainer` binds, which the "
+    "touch-point command checks; the trainer's own methods with verl-bot's step logic: "
+    "tests/component/test_separation_trainers.py")
+ASYNC_NOTE = "docs/verl_setup.md, verl's other trainers"
 ENTRIES: tuple[EntryRow, ...] = (
     EntryRow("verl.trainer.main_ppo", {
         "dense": tested(*DENSE_RUNS, BOT_LEGACY), "scalar": tested(*SCALAR_RUNS), "verl": tested(GRPO)}),
