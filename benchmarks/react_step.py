@@ -33,7 +33,6 @@ import json
 import math
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -52,8 +51,7 @@ from reward_servers.common.service import ServerThread, create_app  # noqa: E402
 from reward_servers.react.config import ReactConfig  # noqa: E402
 from reward_servers.react.server import ReactScorer  # noqa: E402
 
-RECIPE = ROOT / "recipes" / "react_qwen.sh"
-SETTINGS = ROOT / "recipes" / "lib" / "settings.sh"  # the recipes' shared settings
+RECIPE = "react_qwen"  # the recipe whose step is sent (verl_bot/recipes/tables.py)
 PROMPT = "Build a small single-page React app for the request."
 GEN_S_PER_STEP = (30.0, 60.0, 120.0)
 
@@ -84,12 +82,13 @@ INFRA_FLAGS = {"render_timeout", "compile_timeout", "render_retried", "render_in
                "compile_worker_restarted", "lint_failed", "timeout"}
 
 
-def recipe_default(script: Path, name: str) -> int:
-    """The integer default of ``NAME=${NAME:-N}`` in a recipe script."""
-    m = re.search(rf"^{name}=\$\{{{name}:-(\d+)\}}", script.read_text(), re.MULTILINE)
-    if m is None:
-        raise ValueError(f"no {name}=${{{name}:-N}} in {script}")
-    return int(m.group(1))
+def recipe_run():
+    """The recipe's run on a GPU node with nothing set (its defaults: batch, rollouts, the reward calls' timeout)."""
+    from verl_bot.recipes.env import Env
+    from verl_bot.recipes.settings import run_of
+    from verl_bot.recipes.tables import RECIPES
+
+    return run_of(RECIPES[RECIPE], Env({}), "gpu")
 
 
 def hostile_count(items: int, share: float) -> int:
@@ -255,17 +254,18 @@ def report(res: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    batch, rollouts = recipe_default(RECIPE, "TRAIN_BATCH_SIZE"), recipe_default(RECIPE, "ROLLOUT_N")
+    run = recipe_run()
+    batch, rollouts = run.train_batch_size, run.rollout_n
     base = ReactConfig()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--items", type=int, default=batch * rollouts,
-                    help=f"rollouts in the step (default {RECIPE.name}'s TRAIN_BATCH_SIZE x ROLLOUT_N)")
+                    help=f"rollouts in the step (default {RECIPE}.sh's TRAIN_BATCH_SIZE x ROLLOUT_N)")
     ap.add_argument("--hostile-share", type=float, default=0.05, help="share of hostile items, rounded up")
     ap.add_argument("--compile-workers", type=int, default=base.compile_workers)
     ap.add_argument("--render-slots", type=int, default=base.render_slots)
     ap.add_argument("--render-timeout-s", type=float, default=base.render_timeout_s)
     ap.add_argument("--warmup", type=int, default=8, help="compiling items sent before the step (not measured)")
-    ap.add_argument("--timeout-s", type=float, default=recipe_default(SETTINGS, "REWARD_TIMEOUT_S"),
+    ap.add_argument("--timeout-s", type=float, default=float(run.reward_timeout_s),
                     help="per request, as the recipe's REWARD_TIMEOUT_S (the reward manager's timeout_s)")
     ap.add_argument("--gen-s-per-step", type=float, default=60.0,
                     help=f"generation seconds per step for the cores estimate (printed too: {GEN_S_PER_STEP})")
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> dict:
     if raw["cpu_s"] is None:
         raise SystemExit("psutil is needed for the CPU figures")
     res = {
-        "recipe": f"{RECIPE.name}: {batch} prompts x {rollouts} rollouts = {batch * rollouts}",
+        "recipe": f"{RECIPE}.sh: {batch} prompts x {rollouts} rollouts = {batch * rollouts}",
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
         "config": {"compile_workers": cfg.compile_workers, "render_slots": cfg.render_slots,
                    "render_timeout_s": cfg.render_timeout_s, "hostile_share": args.hostile_share,

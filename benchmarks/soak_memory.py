@@ -145,7 +145,7 @@ def main() -> int:
                     f.flush()
                     next_step += args.every
                 time.sleep(1)
-    finally:  # Ctrl-C of the benchmark, or its own error: the launcher stops its trainer (recipes/signals.sh)
+    finally:  # Ctrl-C of the benchmark, or its own error: the launcher stops its trainer (verl_bot.recipes.supervise)
         if proc.poll() is None:
             proc.terminate()
             proc.wait()

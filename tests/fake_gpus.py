@@ -2,7 +2,8 @@
 
 `install(bin_dir)` writes the script; each test points `FAKE_GPUS` at a spec written by `write_spec`. It answers
 the recipes' and verl_bot/launch/node_plan.py's queries (`-L`, `--query-gpu=...`, `--query-compute-apps=...`) and fails
-on anything else, as a broken driver would.
+on anything else, as a broken driver would. `cache_config` puts the recipes' model's config.json in a test home's
+Hugging Face cache, as a download leaves it (the launch's memory and disk checks count its parameters).
 """
 
 from __future__ import annotations
@@ -50,3 +51,18 @@ def write_spec(path: Path, n: int = 8, free: dict[int, int] | None = None, apps:
     path.write_text(json.dumps({"gpus": gpus, "apps": {str(p): i for p, i in (apps or {}).items()},
                                 "broken": broken}))
     return path
+
+
+# Qwen2.5-3B-Instruct's config.json: a launch sizes its checkpoints and the actor's weights from it (`cache_config`)
+QWEN25_3B_CONFIG = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 2048,
+                    "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
+                    "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
+
+
+def cache_config(home: Path, repo: str = "Qwen/Qwen2.5-3B-Instruct", config: dict | None = None) -> None:
+    """A model's config.json in the Hugging Face cache under `home`, as a download leaves it (no hub asked)."""
+    snapshot = home / ".cache/huggingface/hub" / f"models--{repo.replace('/', '--')}"
+    (snapshot / "snapshots" / "0").mkdir(parents=True)
+    (snapshot / "refs").mkdir()
+    (snapshot / "refs" / "main").write_text("0")
+    (snapshot / "snapshots" / "0" / "config.json").write_text(json.dumps(config or QWEN25_3B_CONFIG))

@@ -9,15 +9,14 @@ re-enter a half-initialised module through verl's plugin loader (and what
 
 Except in the command-line tools that need nothing of verl (`LIGHT_COMMANDS`,
 run as `python -m <module>`): the evaluation CLI, the quiet console of the
-CPU demo, the smoke run's verdict, a recipe's node plan and its LongRoPE copy start in a fraction of a second,
+CPU demo, the smoke run's verdict and a recipe's LongRoPE copy start in a fraction of a second,
 without verl's start-up warnings, and register nothing in verl (they never train).
 """
 
 import sys
 
 __version__ = "0.1.0"
-LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.launch.smoke", "verl_bot.launch.node_plan",
-"verl_bot.launch.families")
+LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.launch.smoke", "verl_bot.launch.families")
 
 
 def _light_command() -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -187,11 +186,15 @@ def test_the_cpu_engines_ask_for_what_vllm_would_reset_on_an_amx_processor():
     (`make demo` showed it as a warning not known to be harmless). The CPU rollout's engine kwargs and the CPU
     judge's flags ask for float32 themselves: vLLM's own check, with AMX claimed, then keeps them and says
     nothing, and it does warn for vLLM's default."""
-    from verl_bot.cpu import OVERRIDES_FILE, overrides
+    from verl_bot.cpu import overrides
+    from verl_bot.recipes.env import Env
+    from verl_bot.recipes.services import judge_service
+    from verl_bot.recipes.settings import run_of
+    from verl_bot.recipes.tables import RECIPES
 
     rollout = [o.split("=", 1)[1] for o in overrides() if ".engine_kwargs.vllm.mamba_ssm_cache_dtype=" in o]
-    services = (OVERRIDES_FILE.parents[2] / "recipes" / "lib" / "services.sh").read_text()   # vb_start_judge
-    judge = re.findall(r"--mamba-ssm-cache-dtype (\S+)\)", services)
+    argv = judge_service(run_of(RECIPES["aime_qwen"], Env({}), "cpu"), 0).argv  # the CPU judge a recipe starts
+    judge = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--mamba-ssm-cache-dtype"]
     assert rollout == ["float32"] and judge == ["float32"], (rollout, judge)
     out = subprocess.run([sys.executable, "-c", AMX_CHECK, "float32", "auto"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -1,18 +1,20 @@
-"""The paper's recipes (recipes/{react,aime}_*.sh + recipes/common.sh + recipes/algos.sh): every recipe x ALGO
-composes into a config that verl accepts, with the values the paper (or our documented choice) asks for, and the
-CPU run (recipes/cpu_train.sh) sets each ALGO as they do.
+"""The paper's recipes (`bash recipes/{react,aime}_*.sh`, composed in verl_bot/recipes/): every recipe x ALGO
+composes into a config that verl accepts, with the values the paper (or our documented choice) asks for; the CPU run
+(recipes/cpu_train.sh) sets each ALGO as they do; every pre-launch check and node-plan refusal is one line before
+anything starts.
 
-How: `DRY_RUN=args bash recipes/X.sh` prints the recipe's own command line (bash and the node plan's light
-command, no verl), and each one is composed here by Hydra exactly as `python -m verl.trainer.main_ppo` composes
-it, in this one process (the recipe stays the single source of truth: nothing here repeats its overrides). The
-AIME recipes run as on a fresh checkout, without their data (a dry run needs no data, server, judge or GPU).
-Hydra's struct mode fails a mistyped key; verl's own `validate_config` (what `main_ppo` runs first) fails a bad
-value. The node is a fake `nvidia-smi`'s (tests/fake_gpus.py: 8 idle 80 GB GPUs unless a test says otherwise),
-whatever this machine has: every recipe's plan, and each launch the plan refuses in one line before anything
-starts. The slower checks run in a pool of two processes, started first: one real `DRY_RUN=1` (verl's
-`--cfg job`, whose YAML must equal the composed config) and the README's two single-node commands as typed
-through the whole launch path (fake `nvidia-smi` and `vllm serve`, `--cfg job` instead of training): the judge
-started on its GPUs, the React server started, checked and stopped, the trainer on the others.
+How: each recipe runs in this process as `bash recipes/X.sh` runs it (`verl_bot.recipes.launch.main` with the
+environment and arguments the shell passes), and its `DRY_RUN=args` command line is composed by Hydra exactly as
+`python -m verl.trainer.main_ppo` composes it (nothing here repeats the recipe's overrides). The AIME recipes run as
+on a fresh checkout, without their data (a dry run needs no data, server, judge or GPU). Hydra's struct mode fails a
+mistyped key; verl's own `validate_config` (what `main_ppo` runs first) fails a bad value. The node is a fake
+`nvidia-smi`'s (tests/fake_gpus.py: 8 idle 80 GB GPUs unless a test says otherwise), whatever this machine has. The
+slower checks run through the shell entry points in a pool of two processes, started first: one real `DRY_RUN=1`
+(verl's `--cfg job`, whose YAML must equal the composed config) and the README's two single-node commands as typed
+through the whole launch path (fake `nvidia-smi` and `vllm serve`, `--cfg job` instead of training): the judge started
+on its GPUs, the React server started, checked and stopped, the trainer on the others. What a stop does to the
+processes a recipe starts: tests/component/test_recipe_supervision.py; the command lines against the bash recipes'
+own: tests/unit/test_recipe_lines.py.
 """
 
 from __future__ import annotations
@@ -21,19 +23,18 @@ import concurrent.futures
 import http.server
 import json
 import os
-import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
+from huggingface_hub import constants
 from omegaconf import OmegaConf
 
 from tests import fake_gpus
@@ -41,6 +42,10 @@ from tests.conftest import compose_verl_config, free_port
 from verl_bot.launch import node_plan
 from verl_bot.launch.families import BY_RECIPE_TAG
 from verl_bot.observe import token_records
+from verl_bot.recipes import cpu_train, launch
+from verl_bot.recipes.algos import user_wins
+from verl_bot.recipes.env import Env
+from verl_bot.recipes.tables import RECIPES as TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ["react_qwen", "react_smollm", "react_phi", "aime_qwen", "aime_smollm", "aime_phi"]
@@ -64,31 +69,56 @@ def base_env(data: dict, **extra: str) -> dict:
 
 
 def run_recipe(name: str, env: dict, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(ROOT / "recipes" / f"{name}.sh"), *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """`bash recipes/<name>.sh ARGS` in `env`, as a user types it."""
+    return subprocess.run(["bash", str(ROOT / "recipes" / f"{name}.sh"), *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class Ran:
+    """A recipe run in this process: its exit code, stdout lines, stderr."""
+
+    rc: int
+    out: list[str]
+    err: str
+
+
+@pytest.fixture
+def node(data, monkeypatch, capsys):
+    """`node(name, *args, **env)`: the recipe run in this process on the fake node (the nvidia-smi it asks is on this
+    process's PATH, its `FAKE_GPUS` the run's), as `bash recipes/<name>.sh` runs it with `base_env(data, **env)`."""
+
+    def run(name: str, *args: str, **env: str) -> Ran:
+        full = base_env(data, **env)
+        for key in ("PATH", "FAKE_GPUS"):
+            monkeypatch.setenv(key, full[key])
+        if "CUDA_VISIBLE_DEVICES" in full:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", full["CUDA_VISIBLE_DEVICES"])
+        else:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(data["home"] / ".cache/huggingface/hub"))
+        capsys.readouterr()
+        rc = launch.main(TABLE[name], full, list(args))
+        printed = capsys.readouterr()
+        return Ran(rc, printed.out.splitlines(), printed.err)
+
+    return run
 
 
 def data_env(name: str, data: dict) -> dict:
     return {"DATA_DIR": str(data["react" if name.startswith("react") else "aime"])}
 
 
-def dry_run_args(name: str, data: dict, **env: str) -> tuple[list[str], str]:
+def dry_run_args(node, name: str, data: dict, *user: str, **env: str) -> tuple[list[str], str]:
     """The recipe's main_ppo overrides, as printed by DRY_RUN=args, and its stderr."""
-    res = run_recipe(name, base_env(data, **{"DRY_RUN": "args", **data_env(name, data), **env}))
-    assert res.returncode == 0, res.stderr[-2000:]
-    lines = res.stdout.splitlines()
-    assert lines[:2] == ["-m", "verl.trainer.main_ppo"], lines[:3]
-    return lines[2:], res.stderr
+    ran = node(name, *user, **{"DRY_RUN": "args", **data_env(name, data), **env})
+    assert ran.rc == 0, ran.err[-2000:]
+    assert ran.out[:2] == ["-m", "verl.trainer.main_ppo"], ran.out[:3]
+    return ran.out[2:], ran.err
 
 
-def recipe_args(name: str, data: dict, **env: str) -> list[str]:
-    return dry_run_args(name, data, **env)[0]
+def recipe_args(node, name: str, data: dict, **env: str) -> list[str]:
+    return dry_run_args(node, name, data, **env)[0]
 
 
 def missing_data_line(data_dir: Path) -> str:
@@ -114,13 +144,7 @@ def data(tmp_path_factory) -> dict:
     ):
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
     fake_gpus.install(home / "smi")
-    # Qwen2.5-3B-Instruct's config.json in the Hugging Face cache, as a download leaves it: a launch sizes its
-    # checkpoints from it (the disk check)
-    snapshot = home / ".cache/huggingface/hub/models--Qwen--Qwen2.5-3B-Instruct"
-    (snapshot / "snapshots" / "0").mkdir(parents=True)
-    (snapshot / "refs").mkdir()
-    (snapshot / "refs" / "main").write_text("0")
-    (snapshot / "snapshots" / "0" / "config.json").write_text(json.dumps(QWEN25_3B_CONFIG))
+    fake_gpus.cache_config(home)  # a launch sizes its checkpoints and the actor's weights from the model's config
     # no_aime: a fresh checkout, where the AIME data is not made yet
     return {"home": home, "react": home / "react", "aime": home / "aime", "no_aime": home / "no_aime",
             "idle8": fake_gpus.write_spec(home / "idle8.json")}
@@ -141,9 +165,13 @@ class Models(http.server.BaseHTTPRequestHandler):
         pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Models).serve_forever()
 """
-QWEN25_3B_CONFIG = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 2048,
-                    "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
-                    "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
+# every Python process of a README launch notes how it was started and on which GPUs (the trainer's are the plan's)
+SITECUSTOMIZE = """import json, os, sys
+if os.environ.get("FAKE_PROCS_LOG"):
+    with open(os.environ["FAKE_PROCS_LOG"], "a") as f:
+        f.write(json.dumps({"argv": sys.orig_argv, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                            "order": os.environ.get("CUDA_DEVICE_ORDER")}) + "\\n")
+"""
 
 
 def readme_commands() -> dict[str, list[str]]:
@@ -168,7 +196,8 @@ def readme_launch(data: dict, words: list[str], fake: Path, ports: dict) -> tupl
     name = Path(script).stem
     out = data["home"] / f"readme_{'smoke' if env.get('SMOKE') == '1' else 'run'}"
     return name, base_env(data, **data_env(name, data), **env, PYTHONPATH=str(fake / "py"), OUT_DIR=str(out),
-                          FAKE_VLLM_LOG=str(out / "fake_vllm.jsonl"), REWARD_PORT=str(ports["reward"]),
+                          FAKE_VLLM_LOG=str(out / "fake_vllm.jsonl"),
+                          FAKE_PROCS_LOG=str(out / "procs.jsonl"), REWARD_PORT=str(ports["reward"]),
                           JUDGE_PORT=str(ports["judge"]), SERVER_START_TIMEOUT_S="240"), ("--cfg", "job")
 
 
@@ -182,6 +211,7 @@ def slow(data):
     for package in ("vllm", "vllm/entrypoints", "vllm/entrypoints/cli"):
         (fake / "py" / package / "__init__.py").write_text("")
     (fake / "py" / "vllm" / "entrypoints" / "cli" / "main.py").write_text(FAKE_SERVE)
+    (fake / "py" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     ports = {key: {"reward": free_port(), "judge": free_port()} for key in ("smoke", "run")}
     jobs = {
         "dry_run": ("aime_smollm", base_env(data, DRY_RUN="1", ALGO="dapo", DATA_DIR=str(data["no_aime"])), ()),
@@ -196,180 +226,21 @@ def slow(data):
 def test_shellcheck_clean():
     shellcheck = shutil.which("shellcheck")
     assert shellcheck is not None, "shellcheck is not installed: run `make setup` (apt-get install shellcheck)"
-    # recipes/lib/ too: `shellcheck -x` follows a sourced file for its definitions but reports nothing inside it
     scripts = sorted(str(p.relative_to(ROOT)) for p in [*(ROOT / "recipes").glob("*.sh"),
                                                           *(ROOT / "recipes" / "lib").glob("*.sh")])
-    sourced = re.findall(r'^source "\$\{ROOT\}/(recipes/\S+\.sh)"', (ROOT / "recipes" / "common.sh").read_text(),
-                         re.MULTILINE)
-    assert "recipes/lib/launch.sh" in sourced, sourced
-    assert {f"recipes/{r}.sh" for r in RECIPES} | {"recipes/common.sh", *sourced} <= set(scripts)
+    assert {f"recipes/{r}.sh" for r in RECIPES} | {"recipes/lib/run.sh", "recipes/cpu_train.sh"} <= set(scripts)
     res = subprocess.run([shellcheck, "-x", *scripts], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-FAKE_TRAINER = """
-import signal, sys, time
-from pathlib import Path
-log = Path(sys.argv[1])
-
-def note(text):  # appends: a stop can land before "ready" is written (the log does not exist yet)
-    with log.open("a") as f:
-        f.write(text)
-
-def stop(signum, frame):
-    note(f"got {signal.Signals(signum).name}\\n")
-    time.sleep(1)  # a trainer takes a while to stop (Ray shuts down): the script must wait for it
-    note("stopped\\n")
-    sys.exit(7)
-
-signal.signal(signal.SIGTERM, stop)
-note("ready\\n")
-while True:
-    time.sleep(0.1)
-"""
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_a_stopped_launcher_stops_its_trainer_and_returns_its_exit_code(tmp_path, signum):
-    """recipes/signals.sh's vb_run_trainer (how the recipes and cpu_train.sh start the trainer): a SIGTERM, SIGINT or
-    SIGHUP of the script reaches the trainer as SIGTERM (verl-bot's driver takes it as Ctrl-C and Ray shuts down:
-    tests/component/test_run_safety.py, tests/e2e/test_cpu_e2e.py); the script waits until the trainer has stopped and
-    exits with
-    its code. Without the forwarding, bash dies of the SIGTERM at once and leaves the trainer running."""
-    log = tmp_path / "trainer.log"
-    (tmp_path / "trainer.py").write_text(FAKE_TRAINER)
-    script = f'source {ROOT / "recipes" / "signals.sh"}; vb_run_trainer {sys.executable} trainer.py {log}; echo "rc=$?"'
-    proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-    trainers: list[int] = []
-    try:
-        deadline = time.monotonic() + 30
-        while not (log.exists() and log.read_text()):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        trainers = _children(proc.pid)
-        proc.send_signal(signum)
-        out, _ = proc.communicate(timeout=30)
-    finally:  # a failed check leaves no fake trainer running (it would hold the pipe open)
-        for pid in [*trainers, proc.pid]:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-    assert log.read_text() == "ready\ngot SIGTERM\nstopped\n"
-    assert out.strip() == "rc=7"
-
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_a_stop_at_the_moment_the_trainer_is_forked_still_stops_it(tmp_path, signum):
-    """The window of the test above, hit on purpose, many times: the stop is sent the moment bash has forked the
-    trainer (its pid shows in /proc/<bash>/task/<bash>/children), or after a random 0-20 ms from the script's
-    start (before the trap, before the fork, between fork and `$!`). Every time the script ends by itself, and
-    no trainer outlives it: the trainer got the SIGTERM (rc 7 with its handler, 143 before Python installed it),
-    or no trainer was started (the script ended with 128 + the signal's number, or bash died of it before
-    vb_run_trainer was entered). A trap armed after the fork lost about a third of these stops, and the trainer ran
-    on."""
-    (tmp_path / "trainer.py").write_text(FAKE_TRAINER)
-    script = (
-        f'source {ROOT / "recipes" / "signals.sh"}; '
-        f'vb_run_trainer {sys.executable} trainer.py trainer.log >/dev/null 2>&1; echo "rc=$?"'
-    )
-    rng = np.random.default_rng(signum)
-    outcomes = set()
-    for attempt in range(30):
-        at_fork = attempt % 2 == 0
-        proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-        seen: set[int] = set()
-        deadline = time.monotonic() + 30
-        try:
-            if at_fork:
-                while not seen and proc.poll() is None and time.monotonic() < deadline:
-                    seen.update(_children(proc.pid))
-            else:
-                time.sleep(rng.uniform(0, 0.02))
-            proc.send_signal(signum)
-            while proc.poll() is None:  # the trainer's pid, whenever it shows
-                assert time.monotonic() < deadline, f"attempt {attempt}: the script did not end"
-                seen.update(_children(proc.pid))
-                time.sleep(0.001)
-            out, _ = proc.communicate(timeout=30)
-        finally:
-            for pid in seen:  # never leave a fake trainer behind, whatever the assertions say
-                if _alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-        assert not [pid for pid in seen if _alive(pid)], (attempt, out)
-        if at_fork:
-            assert seen, "the script forked no trainer"
-            assert out.strip() in ("rc=7", "rc=143"), (attempt, out)
-        else:  # or stopped before the trainer was started: by the trap (128 + n), or before it was armed
-            assert out.strip() in ("rc=7", "rc=143") or proc.returncode in (-signum, 128 + signum), out
-        outcomes.add(out.strip() or f"bash ended with {proc.returncode}")
-    assert "rc=143" in outcomes or "rc=7" in outcomes, outcomes
-
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_a_stop_at_the_moment_a_service_is_forked_still_stops_it(tmp_path, signum):
-    """recipes/lib/services.sh's vb_start_service (the reward server and judge a recipe starts), its window hit on
-    purpose: the stop is sent the moment the service's process exists (its log file is opened in the forked
-    child, before it execs the service), 20 times a signal. Every time the script exits with the signal's code
-    and stops the service on its way out: no process of the service outlives it."""
-    marker = f"vb-service-{tmp_path.name}"
-    script = (
-        f"ROOT={ROOT} TASK=aime MODEL_TAG=t SMOKE=0 PLATFORM=gpu; source {ROOT / 'recipes' / 'common.sh'}; "
-        f"vb_start_service fake {tmp_path}/service.log http://127.0.0.1:{free_port()} /health "
-        f'{sys.executable} -c "import time; time.sleep(60)" {marker}'
-    )
-
-    def leftovers() -> list[int]:
-        return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _alive(int(p.name))
-                and marker.encode() in _read_bytes(p / "cmdline")]
-
-    for attempt in range(20):
-        (tmp_path / "service.log").unlink(missing_ok=True)
-        proc = subprocess.Popen(["bash", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
-        try:
-            while not (tmp_path / "service.log").exists():
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-            proc.send_signal(signum)
-            proc.wait(timeout=30)
-        finally:
-            left = leftovers()
-            for pid in left:
-                os.kill(pid, signal.SIGKILL)
-        assert not left, f"attempt {attempt}: the service outlived its script"
-        assert proc.returncode == 128 + signum, (attempt, proc.returncode)
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
-
-
-def test_recipes_follow_verl_style():
-    for name in RECIPES:
+def test_a_recipe_is_an_entry_point_of_a_few_lines():
+    """The shell files are what users type; the recipe itself is the table row its name picks (verl_bot/recipes/)."""
+    assert sorted(TABLE) == sorted(RECIPES)
+    for name in [*RECIPES, "cpu_train", "cpu_demo"]:
         text = (ROOT / "recipes" / f"{name}.sh").read_text()
+        code = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
         assert text.startswith("#!/usr/bin/env bash\n"), name
-        assert "set -xeuo pipefail" in text, name
-        assert 'vb_main "$@"' in text, name
-        for var in ("MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "NGPUS_PER_NODE", "NNODES", "REWARD_URL", "LR"):
-            assert f"{var}=${{{var}:-" in text, (name, var)
+        assert code == ["set -euo pipefail", f'source "$(dirname "${{BASH_SOURCE[0]}}")/lib/run.sh" {name} "$@"'], name
 
 
 EXPECTED = {
@@ -387,21 +258,22 @@ TASK_ALGOS = {"react": ALGOS, "aime": [*ALGOS, "vps"]}  # vps needs one correct 
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_every_algo_composes_and_validates(name, data, slow):
-    from omegaconf import OmegaConf
+def test_every_algo_composes_and_validates(name, data, node, slow):
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     from verl_bot.advantage.pass_ import PassSettings, pass_settings
+    from verl_bot.advantage.pure import PureSettings
+    from verl_bot.advantage.reco import RecoSettings
     from verl_bot.advantage.vps import VPSSettings
     from verl_bot.rewards.settings import manager_settings
 
     task, model_tag = name.split("_")
     data_dir = data["react"] if task == "react" else data["no_aime"]
     for algo in TASK_ALGOS[task]:
-        args, stderr = dry_run_args(name, data, ALGO=algo, DATA_DIR=str(data_dir))
+        args, stderr = dry_run_args(node, name, data, ALGO=algo, DATA_DIR=str(data_dir))
         if task == "aime":  # no data: said, and the config is still printed
             assert f"{missing_data_line(data_dir)} (DRY_RUN goes on; a launch stops here)" in stderr, stderr
         cfg = compose_verl_config(args)
@@ -430,11 +302,13 @@ def test_every_algo_composes_and_validates(name, data, slow):
             overlong = cfg.reward.reward_kwargs.overlong_buffer_cfg
             assert overlong.enable is True and overlong.penalty_factor == 1.0
             assert cfg.reward.reward_kwargs.max_resp_len == cfg.data.max_response_length
-            assert 0 < overlong.len < cfg.data.max_response_length
+            assert overlong.len == cfg.data.max_response_length // 4  # ours: a quarter of the length
         if algo == "pure":  # the PURE paper's temperature; the step scale is our per-task choice
             assert cfg.algorithm.use_kl_in_reward is False
             assert cfg.algorithm.pure_temperature == 0.1 and cfg.algorithm.pure_outcome_coef == 1.0
             assert cfg.algorithm.pure_step_scale == (1.0 if task == "react" else 10.0)
+            # each method knob as its reader parses it: the declared defaults, but the recipe's named choice
+            assert PureSettings.from_config(cfg.algorithm) == PureSettings(step_scale=1.0 if task == "react" else 10.0)
         if algo == "vps":  # GRPO-VPS: its agent loop probes the `<final>` answer; our knob defaults
             assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "vps_single_turn"
             assert VPSSettings.from_config(cfg.algorithm) == VPSSettings(template="final")
@@ -451,6 +325,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
         assert actor.ppo_mini_batch_size == cfg.data.train_batch_size // (4 if algo == "reco" else 1)
         if algo == "reco":
             assert cfg.algorithm.reco_w_max == 5.0 and cfg.algorithm.reco_occurrence == "count_model"
+            assert RecoSettings.from_config(cfg.algorithm) == RecoSettings()
         if model_tag == "smollm":
             assert cfg.data.apply_chat_template_kwargs.enable_thinking is False
         assert cfg.trainer.experiment_name == f"{name}_{algo}_s0"
@@ -470,7 +345,7 @@ def test_every_algo_composes_and_validates(name, data, slow):
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_grail_composes_for_aime_and_is_refused_for_react(name, data):
+def test_grail_composes_for_aime_and_is_refused_for_react(name, data, node):
     """ALGO=grail: AIME recipes compose a config that verl and verl-bot's start-up checks accept; React
     recipes stop with one line (a component has no single final answer)."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -480,14 +355,14 @@ def test_grail_composes_for_aime_and_is_refused_for_react(name, data):
     from verl_bot.rewards.settings import manager_settings
 
     if name.startswith("react"):
-        res = run_recipe(name, base_env(data, DRY_RUN="args", ALGO="grail", **data_env(name, data)))
-        assert res.returncode == 2 and res.stdout == ""
-        assert last_line(res.stderr) == (
+        ran = node(name, DRY_RUN="args", ALGO="grail", **data_env(name, data))
+        assert ran.rc == 2 and ran.out == []
+        assert last_line(ran.err) == (
             "recipe: ALGO=grail needs one final answer per response (<final>...</final>); react responses have none: "
             "use it with the AIME recipes"
         )
         return
-    cfg = compose_verl_config(recipe_args(name, data, ALGO="grail"))
+    cfg = compose_verl_config(recipe_args(node, name, data, ALGO="grail"))
     assert cfg.algorithm.adv_estimator == "grail"
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
@@ -497,26 +372,16 @@ def test_grail_composes_for_aime_and_is_refused_for_react(name, data):
     check_config(cfg)  # verl-bot's start-up checks (GRAIL: fsdp2, no Ulysses, no fused kernels, scalar rewards)
 
 
-def test_env_settings_reach_the_config(data, slow):
+def test_env_settings_reach_the_config(data, node, slow):
     model_dir = data["home"] / "local_model"
     model_dir.mkdir(exist_ok=True)
     (model_dir / "config.json").write_text("{}")  # a local model directory: config.json is checked
-    args = recipe_args(
-        "aime_qwen",
-        data,
-        ALGO="gspo",
-        GSPO_TOKEN="1",
-        LR="1e-6",
-        ROLLOUT_N="4",
-        NGPUS_PER_NODE="4",
-        NNODES="2",
-        KL_LOSS_COEF="0.001",
-        MODEL_PATH=str(model_dir),
-        REWARD_URL="http://a:8802,http://b:8802",
-        REPORT_STEPS="1,-1",
-        REPORT_GROUPS="2",
+    args, _ = dry_run_args(
+        node, "aime_qwen", data, "trainer.total_training_steps=7",  # the user's arguments go through, last: they win
+        ALGO="gspo", GSPO_TOKEN="1", LR="1e-6", ROLLOUT_N="4", NGPUS_PER_NODE="4", NNODES="2", KL_LOSS_COEF="0.001",
+        MODEL_PATH=str(model_dir), REWARD_URL="http://a:8802,http://b:8802", REPORT_STEPS="1,-1", REPORT_GROUPS="2",
     )
-    cfg = compose_verl_config([*args, "trainer.total_training_steps=7"])  # "$@" goes through, last wins
+    cfg = compose_verl_config(args)
     assert cfg.algorithm.adv_estimator == "bot"  # GSPO-token: BoT advantages with the gspo loss
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
     assert cfg.reward.reward_kwargs.bot.token_level is True
@@ -534,6 +399,21 @@ def test_env_settings_reach_the_config(data, slow):
     assert token_records.recorded_steps(cfg.algorithm, cfg.trainer.total_training_steps) == {1, 7}
 
 
+def test_a_knobs_variable_sets_it_and_a_bad_value_is_one_line(data, node):
+    """A method knob's variable (its key upper-cased) is its value, checked as the method's reader checks it."""
+    args = recipe_args(node, "aime_qwen", data, ALGO="pass", PASS_DENSITY="chunk", PASS_MIN_CHUNK="3")
+    assert "+algorithm.pass_density=chunk" in args and "+algorithm.pass_min_chunk=3" in args
+    ran = node("aime_qwen", DRY_RUN="args", ALGO="pass", PASS_DENSITY="nope", **data_env("aime_qwen", data))
+    assert ran.rc == 2 and ran.out == []
+    assert last_line(ran.err) == ("recipe: PASS_DENSITY=nope: +algorithm.pass_density='nope': must be one of suffix, "
+                                  "sequence, chunk")
+
+
+def launch_env(name, data, **env):
+    # NGPUS_PER_NODE=9999: even on a GPU machine the launch stops at the GPU check, never trains
+    return {**data_env(name, data), "NGPUS_PER_NODE": "9999", **env}
+
+
 @pytest.mark.parametrize(
     "env, expected",
     [
@@ -542,35 +422,42 @@ def test_env_settings_reach_the_config(data, slow):
         ({"MODEL_PATH": "not a model"}, "recipe: MODEL_PATH=not a model is neither a local model directory nor"),
         ({"TRAIN_FILES": "/nonexistent/train.parquet"}, "recipe: TRAIN_FILES: /nonexistent/train.parquet does not"),
         ({"VAL_FILES": "[/nonexistent/a.parquet,/nonexistent/b.parquet]"}, "recipe: VAL_FILES: /nonexistent/a.parq"),
-        ({"PY": "/nonexistent/python"}, "recipe: no Python at PY=/nonexistent/python"),
+        ({"TRAIN_BATCH_SIZE": "sixteen"}, "recipe: TRAIN_BATCH_SIZE must be an integer, got 'sixteen'"),
     ],
 )
-def test_missing_pieces_are_one_clear_line(env, expected, data):
-    res = run_recipe("aime_smollm", {**launch_env(data, "aime_smollm"), **env})
-    assert res.returncode == 2, res.stdout[-500:] + res.stderr[-1500:]
-    assert res.stdout == ""
-    assert last_line(res.stderr).startswith(expected), last_line(res.stderr)
+def test_missing_pieces_are_one_clear_line(env, expected, data, node):
+    ran = node("aime_smollm", **launch_env("aime_smollm", data, **env))
+    assert ran.rc == 2, ran.err[-1500:]
+    assert ran.out == []
+    assert last_line(ran.err).startswith(expected), last_line(ran.err)
 
 
-def test_react_refuses_vps_in_one_line(data):
+def test_the_shell_entry_refuses_a_missing_python_in_one_line(data):
+    res = run_recipe("aime_smollm", base_env(data, **launch_env("aime_smollm", data, PY="/nonexistent/python")))
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == ("recipe: no Python at PY=/nonexistent/python: run 'make setup' (or set PY to the environment "
+                          "with verl)\n")
+
+
+def test_react_refuses_vps_in_one_line(data, node):
     for name in ("react_qwen", "react_smollm", "react_phi"):
-        res = run_recipe(name, base_env(data, DRY_RUN="args", ALGO="vps", **data_env(name, data)))
-        assert res.returncode == 2 and not res.stdout
-        assert last_line(res.stderr).startswith("recipe: ALGO=vps probes the model's belief in one correct answer")
-        assert "react prompts have no single correct answer: use it with the AIME recipes" in last_line(res.stderr)
+        ran = node(name, DRY_RUN="args", ALGO="vps", **data_env(name, data))
+        assert ran.rc == 2 and not ran.out
+        assert last_line(ran.err).startswith("recipe: ALGO=vps probes the model's belief in one correct answer")
+        assert "react prompts have no single correct answer: use it with the AIME recipes" in last_line(ran.err)
 
 
-def test_the_users_overrides_win(data):
+USER = ["+algorithm.pure_temperature=0.2", "algorithm.pure_step_scale=3", "+reward.reward_kwargs.bot.w_local=0.3"]
+
+
+def test_the_users_overrides_win(data, node):
     """Every extra argument goes last and wins, also `+key=` for a key the recipe appends itself (Hydra refuses a
     second `+key`: the recipe drops its own), and a plain `key=` after the recipe's `+key=`."""
-    user = ["+algorithm.pure_temperature=0.2", "algorithm.pure_step_scale=3", "+reward.reward_kwargs.bot.w_local=0.3"]
-    args = recipe_args("aime_qwen", data, ALGO="pure")
+    args = recipe_args(node, "aime_qwen", data, ALGO="pure")
     assert "+algorithm.pure_temperature=0.1" in args and "+reward.reward_kwargs.bot.w_local=1.0" in args
     with pytest.raises(Exception, match="Could not append to config"):
-        compose_verl_config([*args, *user])  # what Hydra does with the recipe's and the user's `+key`
-    res = run_recipe("aime_qwen", base_env(data, DRY_RUN="args", ALGO="pure", **data_env("aime_qwen", data)), *user)
-    assert res.returncode == 0, res.stderr[-2000:]
-    args = res.stdout.splitlines()[2:]
+        compose_verl_config([*args, *USER])  # what Hydra does with the recipe's and the user's `+key`
+    args, _ = dry_run_args(node, "aime_qwen", data, *USER, ALGO="pure")
     assert "+algorithm.pure_temperature=0.1" not in args and "+reward.reward_kwargs.bot.w_local=1.0" not in args
     assert "+algorithm.pure_step_scale=10.0" in args  # kept: the user's plain key comes after it
     cfg = compose_verl_config(args)
@@ -579,31 +466,22 @@ def test_the_users_overrides_win(data):
     assert cfg.reward.reward_kwargs.bot.w_local == 0.3
 
 
-def cpu_train_args(tmp_path: Path, algo: str, task: str, *user: str) -> subprocess.CompletedProcess:
-    """recipes/cpu_train.sh's main_ppo arguments (one a line on stdout), with a PY that only prints them."""
-    (tmp_path / "model").mkdir(exist_ok=True)
-    (tmp_path / "model" / "verl_bot_tiny.json").write_text("{}")
-    (tmp_path / "data").mkdir(exist_ok=True)
-    (tmp_path / "data" / "train.parquet").write_text("")
-    py = tmp_path / "py"
-    py.write_text('#!/bin/bash\n[[ "$1 $2" == "-m verl.trainer.main_ppo" ]] && shift 2 && printf "%s\\n" "$@"\n')
-    py.chmod(0o755)
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(tmp_path),
-        "PY": str(py),
-        "MODEL_DIR": str(tmp_path / "model"),
-        "DATA_DIR": str(tmp_path / "data"),
-        "OUT_DIR": str(tmp_path / "out"),
-        "ALGO": algo,
-        "TASK": task,
-    }
-    cmd = ["bash", str(ROOT / "recipes" / "cpu_train.sh"), *user]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True)
+def test_the_shell_entry_passes_the_users_overrides_last(data):
+    """`bash recipes/X.sh ARGS`: the environment and the arguments reach the recipe as typed."""
+    res = run_recipe("aime_qwen", base_env(data, DRY_RUN="args", ALGO="pure", **data_env("aime_qwen", data)), *USER)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.splitlines()[-3:] == USER
+    assert "+algorithm.pure_temperature=0.1" not in res.stdout.splitlines()
 
 
-# What an algorithm is (the keys below): the same in the CPU run and in the GPU recipes, both from recipes/algos.sh.
-# Only these knobs differ: cpu_train.sh sets them for responses of tens of tokens.
+def cpu_train_args(algo: str, task: str, *user: str, **env: str) -> list[str]:
+    """recipes/cpu_train.sh's main_ppo arguments (its composition, as the run passes them)."""
+    run = cpu_train.cpu_run(Env({"ALGO": algo, "TASK": task, **env}), "/tmp/ray")
+    return [*user_wins(list(run.overrides), list(user)), *user]
+
+
+# What an algorithm is (the keys below): the same in the CPU run and in the GPU recipes, both from verl_bot/recipes/
+# algos.py. Only these knobs differ: the CPU run sets them for responses of tens of tokens.
 ALGO_KEYS = ("algorithm.", "actor_rollout_ref.actor.policy_loss.loss_mode", "actor_rollout_ref.actor.loss_agg_mode",
              "actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.use_kl_loss",
              "actor_rollout_ref.rollout.agent.default_agent_loop", "reward.reward_kwargs.bot.token_level",
@@ -623,11 +501,9 @@ def algo_part(cfg) -> dict:
 
 
 @pytest.mark.parametrize("algo", [*ALGOS, "vps", "grail"])
-def test_cpu_run_is_the_recipes_algorithm(algo, data, tmp_path):
-    res = cpu_train_args(tmp_path, algo, "toy_math")
-    assert res.returncode == 0, res.stderr[-2000:]
-    cpu = compose_verl_config(res.stdout.splitlines())
-    gpu = compose_verl_config(recipe_args("aime_qwen", data, ALGO=algo))
+def test_cpu_run_is_the_recipes_algorithm(algo, data, node):
+    cpu = compose_verl_config(cpu_train_args(algo, "toy_math"))
+    gpu = compose_verl_config(recipe_args(node, "aime_qwen", data, ALGO=algo))
     assert algo_part(cpu) == algo_part(gpu)
     assert cpu.algorithm.adv_estimator == gpu.algorithm.adv_estimator != ""
     if algo == "vps":  # tens of tokens on the CPU
@@ -643,30 +519,29 @@ def test_cpu_run_is_the_recipes_algorithm(algo, data, tmp_path):
          "responses have none: use it with TASK=toy_math"),
     ],
 )
-def test_cpu_run_refuses_answer_methods_on_toy_lint(algo, expected, tmp_path):
-    res = cpu_train_args(tmp_path, algo, "toy_lint")
-    assert res.returncode == 2 and res.stdout == ""
-    assert last_line(res.stderr) == expected
-    assert not (tmp_path / "out").exists()  # refused before anything is made
+def test_cpu_run_refuses_answer_methods_on_toy_lint(algo, expected, tmp_path, capsys):
+    env = {"ALGO": algo, "TASK": "toy_lint", "OUT_DIR": str(tmp_path / "out"), "PY": "/nonexistent/python"}
+    assert cpu_train.main(env, []) == 2  # refused before a model, the data or the run's folder is made
+    assert capsys.readouterr().err.splitlines()[-1] == expected
+    assert not (tmp_path / "out").exists()
 
 
-def test_cpu_run_lets_the_user_set_a_knob(tmp_path):
-    res = cpu_train_args(tmp_path, "vps", "toy_math", "+algorithm.vps_alpha=0.3", "+reward.reward_kwargs.bot.w_local=2")
-    assert res.returncode == 0, res.stderr[-2000:]
-    cfg = compose_verl_config(res.stdout.splitlines())
+def test_cpu_run_lets_the_user_set_a_knob():
+    cfg = compose_verl_config(cpu_train_args("vps", "toy_math", "+algorithm.vps_alpha=0.3",
+                                             "+reward.reward_kwargs.bot.w_local=2"))
     assert (cfg.algorithm.vps_alpha, cfg.reward.reward_kwargs.bot.w_local) == (0.3, 2)
 
 
-def test_aime_data_missing_says_how_to_make_it(data):
+def test_aime_data_missing_says_how_to_make_it(data, node):
     data_dir = data["no_aime"]
-    res = run_recipe("aime_phi", launch_env(data, "aime_phi", DATA_DIR=str(data_dir)))
-    assert res.returncode == 2
-    assert last_line(res.stderr) == missing_data_line(data_dir)
+    ran = node("aime_phi", **launch_env("aime_phi", data, DATA_DIR=str(data_dir)))
+    assert ran.rc == 2
+    assert last_line(ran.err) == missing_data_line(data_dir)
 
 
-def test_dry_run_says_which_inputs_are_missing_and_goes_on(data):
+def test_dry_run_says_which_inputs_are_missing_and_goes_on(data, node):
     missing = {"MODEL_PATH": "/nonexistent/model", "VAL_FILES": "/nonexistent/val.parquet"}
-    args, stderr = dry_run_args("aime_qwen", data, **missing)
+    args, stderr = dry_run_args(node, "aime_qwen", data, **missing)
     assert "actor_rollout_ref.model.path=/nonexistent/model" in args
     assert "data.val_files=/nonexistent/val.parquet" in args
     goes_on = " (DRY_RUN goes on; a launch stops here)"
@@ -677,9 +552,9 @@ def test_dry_run_says_which_inputs_are_missing_and_goes_on(data):
     ]
 
 
-def test_react_data_is_made_when_missing(data):
+def test_react_data_is_made_when_missing(data, node):
     target = data["home"] / "react_auto"
-    args = recipe_args("react_phi", {**data, "react": target})
+    args = recipe_args(node, "react_phi", {**data, "react": target})
     assert (target / "train.parquet").is_file() and (target / "test.parquet").is_file()
     assert f"data.val_files={target / 'test.parquet'}" in args
 
@@ -721,67 +596,66 @@ def fake_server():
         srv.shutdown()
 
 
-def launch_env(data, name, **env):
-    # NGPUS_PER_NODE=9999: even on a GPU machine the launch stops at the GPU check, never trains
-    return base_env(data, **{**data_env(name, data), "NGPUS_PER_NODE": "9999", **env})
-
-
-def test_reward_server_down_is_one_line(data):
+def test_reward_server_down_is_one_line(data, node):
     url = f"http://127.0.0.1:{free_port()}"
-    res = run_recipe("aime_qwen", launch_env(data, "aime_qwen", ALGO="grpo", REWARD_URL=url))
-    assert res.returncode == 2
-    assert last_line(res.stderr).startswith(f"recipe: reward server {url} does not answer GET /health"), res.stderr
+    ran = node("aime_qwen", **launch_env("aime_qwen", data, ALGO="grpo", REWARD_URL=url))
+    assert ran.rc == 2
+    assert last_line(ran.err).startswith(f"recipe: reward server {url} does not answer GET /health"), ran.err
 
 
-def test_server_without_the_needed_judge_is_refused(data, fake_server):
+def test_server_without_the_needed_judge_is_refused(data, node, fake_server):
     react = fake_server(b'{"status": "ok", "judges": {"llm": "disabled", "vlm": "disabled"}}')
-    res = run_recipe("react_qwen", launch_env(data, "react_qwen", REWARD_URL=react))
-    assert res.returncode == 2
-    assert last_line(res.stderr).startswith(f"recipe: reward server {react} has no working LLM code judge")
+    ran = node("react_qwen", **launch_env("react_qwen", data, REWARD_URL=react))
+    assert ran.rc == 2
+    assert last_line(ran.err) == (
+        f'recipe: reward server {react} has no working LLM code judge (its /health: {{"status": "ok", "judges": '
+        '{"llm": "disabled", "vlm": "disabled"}}); configure one (LLM_JUDGE_BASE_URL), or REQUIRE_JUDGE=0 to run '
+        "without it")
     # REQUIRE_JUDGE=0 (the compiler + ESLint ablation) passes the server check and stops at the GPUs
-    res = run_recipe("react_qwen", launch_env(data, "react_qwen", REWARD_URL=react, REQUIRE_JUDGE="0"))
-    assert res.returncode == 2
-    assert "GPU" in last_line(res.stderr) or "nvidia-smi" in last_line(res.stderr), last_line(res.stderr)
+    ran = node("react_qwen", **launch_env("react_qwen", data, REWARD_URL=react, REQUIRE_JUDGE="0"))
+    assert ran.rc == 2
+    assert last_line(ran.err).startswith("recipe: NGPUS_PER_NODE=9999 but this node has 8 GPU(s)"), last_line(ran.err)
     # AIME: BoT needs the step judge, GRPO does not
     aime = fake_server(b'{"status": "ok", "judge": "disabled"}')
-    res = run_recipe("aime_qwen", launch_env(data, "aime_qwen", ALGO="bot", REWARD_URL=aime))
-    assert last_line(res.stderr).startswith(f"recipe: reward server {aime} has no working step judge")
-    res = run_recipe("aime_qwen", launch_env(data, "aime_qwen", ALGO="grpo", REWARD_URL=aime))
-    assert "has no working" not in res.stderr and res.returncode == 2
+    ran = node("aime_qwen", **launch_env("aime_qwen", data, ALGO="bot", REWARD_URL=aime))
+    assert last_line(ran.err).startswith(f"recipe: reward server {aime} has no working step judge")
+    ran = node("aime_qwen", **launch_env("aime_qwen", data, ALGO="grpo", REWARD_URL=aime))
+    assert "has no working" not in ran.err and ran.rc == 2
 
 
-def test_healthy_server_and_judge_pass_the_checks(data, fake_server):
+def test_healthy_server_and_judge_pass_the_checks(data, node, fake_server):
     url = fake_server(b'{"status": "ok", "judges": {"llm": "up", "vlm": "disabled"}}')
-    res = run_recipe("react_qwen", launch_env(data, "react_qwen", REWARD_URL=url, LLM_JUDGE_BASE_URL=f"{url}/v1"))
-    assert res.returncode == 2
-    line = last_line(res.stderr)
-    assert "GPU" in line or "nvidia-smi" in line, line  # every check before the GPUs passed
+    ran = node("react_qwen", **launch_env("react_qwen", data, REWARD_URL=url, LLM_JUDGE_BASE_URL=f"{url}/v1"))
+    assert ran.rc == 2
+    # every check before the GPUs passed
+    assert last_line(ran.err).startswith("recipe: NGPUS_PER_NODE=9999 but this node has 8 GPU(s)"), last_line(ran.err)
 
 
-def test_judge_endpoint_down_is_one_line(data):
+def test_judge_endpoint_down_is_one_line(data, node):
     judge = f"http://127.0.0.1:{free_port()}/v1"
-    res = run_recipe("aime_qwen", launch_env(data, "aime_qwen", STEP_JUDGE_BASE_URL=judge))
-    assert res.returncode == 2
-    assert last_line(res.stderr).startswith(f"recipe: judge endpoint STEP_JUDGE_BASE_URL={judge} does not answer")
+    ran = node("aime_qwen", **launch_env("aime_qwen", data, STEP_JUDGE_BASE_URL=judge))
+    assert ran.rc == 2
+    assert last_line(ran.err) == (f"recipe: judge endpoint STEP_JUDGE_BASE_URL={judge} does not answer GET "
+                                  f"{judge}/models (start it, e.g. 'vllm serve MODEL --port 8000')")
 
 
-def test_start_server_needs_the_judge_it_requires(data):
+def test_start_server_needs_the_judge_it_requires(data, node):
     """START_SERVER=1 starts the judge it needs (START_JUDGE=auto); with START_JUDGE=0 and no judge URL it says
     which variable to set."""
-    res = run_recipe("react_qwen", launch_env(data, "react_qwen", START_SERVER="1", START_JUDGE="0"))
-    assert res.returncode == 2
-    assert last_line(res.stderr) == (
+    ran = node("react_qwen", **launch_env("react_qwen", data, START_SERVER="1", START_JUDGE="0"))
+    assert ran.rc == 2
+    assert last_line(ran.err) == (
         "recipe: START_SERVER=1 needs LLM_JUDGE_BASE_URL (the LLM code judge): set it, or START_JUDGE=1 to start one "
         "here from JUDGE_MODEL_PATH, or REQUIRE_JUDGE=0 to run without it"
     )
 
 
-def test_dry_run_prints_verls_composed_config(data, slow):
+def test_dry_run_prints_verls_composed_config(data, node, slow):
     res = slow["futures"]["dry_run"].result()
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"{missing_data_line(data['no_aime'])} (DRY_RUN goes on; a launch stops here)" in res.stderr
     printed = OmegaConf.create(res.stdout)
-    composed = compose_verl_config(recipe_args("aime_smollm", data, ALGO="dapo", DATA_DIR=str(data["no_aime"])))
+    composed = compose_verl_config(recipe_args(node, "aime_smollm", data, ALGO="dapo", DATA_DIR=str(data["no_aime"])))
     assert OmegaConf.to_container(printed) == OmegaConf.to_container(composed)
     assert printed.algorithm.filter_groups.enable is True
     assert printed.actor_rollout_ref.actor.clip_ratio_high == 0.28
@@ -792,7 +666,7 @@ def readme_ckpt(data: dict, env: dict, keep_at_once: int) -> tuple[Path, str | N
     its `keep_at_once` checkpoints of Qwen2.5-3B fit: they do on a disk with 69 GiB free)."""
     ckpt = data["home"] / "verl_bot_ckpt" / "verl_bot" / f"react_qwen_bot_s0{'_smoke' if env.get('SMOKE') else ''}"
     free, existing = node_plan.disk_state(str(ckpt))
-    params = node_plan.param_count(QWEN25_3B_CONFIG)
+    params = node_plan.param_count(fake_gpus.QWEN25_3B_CONFIG)
     saves = 1 if env.get("SMOKE") else 6
     assert node_plan.kept_at_once(2, saves) == keep_at_once
     return ckpt, node_plan.disk_problem(str(ckpt), free, existing, params, 2, saves)
@@ -821,8 +695,11 @@ def check_readme_launch(data: dict, slow: dict, key: str) -> subprocess.Complete
                  "--served-model-name", "judge"],
         "gpus": "4,5,6,7", "order": "PCI_BUS_ID",
     }]
-    assert "+ export CUDA_VISIBLE_DEVICES=0,1,2,3 CUDA_DEVICE_ORDER=PCI_BUS_ID" in res.stderr  # the trainer's
-    assert f"curl -sf --max-time 20 http://127.0.0.1:{ports['reward']}/health" in res.stderr  # checked after start
+    procs = [json.loads(line) for line in (out / "procs.jsonl").read_text().splitlines()]
+    trainer = [p for p in procs if "verl.trainer.main_ppo" in p["argv"]]
+    assert [(p["gpus"], p["order"]) for p in trainer] == [("0,1,2,3", "PCI_BUS_ID")]  # the trainer's GPUs, only
+    server = [p for p in procs if "reward_servers.react" in p["argv"]]
+    assert server and server[0]["argv"][-4:] == ["--host", "127.0.0.1", "--port", str(ports["reward"])]
     assert "Uvicorn running" in (out / "reward_server.log").read_text()
     assert (out / "ckpt").is_symlink() and (out / "ckpt").resolve() == ckpt
     time.sleep(0.5)
@@ -855,14 +732,15 @@ def test_the_readmes_smoke_names_its_node_plan_in_the_verdict(data, slow):
     res = check_readme_launch(data, slow, "smoke")
     if res is None:
         return
-    verdict = res.stdout[res.stdout.index("== verl-bot smoke verdict"):]
+    verdict = res.stdout[res.stdout.index("== verl-bot smoke verdict: react_qwen.sh ALGO=bot =="):]
     plan = next(line.strip() for line in verdict.splitlines() if line.strip().startswith("node plan"))
     assert plan.startswith("node plan           trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a "
                            "step), LLM judge GPUs 4,5,6,7, no GPU idle; checkpoints: 1 at once"), plan
     assert "  platform            gpu\n" in verdict and res.returncode == 1
+    assert f"LLM code judge at http://127.0.0.1:{slow['ports']['smoke']['judge']}/v1" in verdict  # the one it started
 
 
-# What a model's recipe changes against the task's qwen recipe (recipes/README.md, "Models"): the model, its run's
+# What a model's recipe changes against the task's qwen recipe (docs/recipes.md, "Recipes"): the model, its run's
 # names and paths, SmolLM3's thinking switch, and Phi-4-mini-reasoning's longer responses (with what is sized from
 # them: the rollout's context, the micro-batch token budget, DAPO's overlong cache zone).
 RUN_KEYS = {"actor_rollout_ref.model.path", "trainer.experiment_name", "trainer.default_local_dir",
@@ -894,14 +772,14 @@ LENGTH_KEYS = {"data.max_response_length", "actor_rollout_ref.actor.ppo_max_toke
 
 @pytest.mark.parametrize("platform", ["gpu", "cpu"])
 @pytest.mark.parametrize("name", sorted(MODEL_KEYS))
-def test_a_model_recipe_differs_from_qwens_only_in_its_named_keys(name, platform, data):
+def test_a_model_recipe_differs_from_qwens_only_in_its_named_keys(name, platform, data, node):
     """Every ALGO, on a GPU node and on the CPU platform (where each runs its own family's tiny model and the CPU
     presets set the response length)."""
     task = name.split("_")[0]
     for algo in ALGOS + (["vps", "grail"] if task == "aime" else []):
         env = {"ALGO": algo, **({"PLATFORM": "cpu"} if platform == "cpu" else {})}
-        qwen = as_dict(recipe_args(f"{task}_qwen", data, **env))
-        other = as_dict(recipe_args(name, data, **env))
+        qwen = as_dict(recipe_args(node, f"{task}_qwen", data, **env))
+        other = as_dict(recipe_args(node, name, data, **env))
         differ = {k for k in qwen.keys() | other.keys() if qwen.get(k) != other.get(k)}
         allowed = RUN_KEYS | MODEL_KEYS[name]
         must = {"trainer.experiment_name", "actor_rollout_ref.model.path"} | (MODEL_KEYS[name] - LENGTH_KEYS)
@@ -943,28 +821,28 @@ def plan_line(stderr: str) -> str:
          "engine a step), step judge GPUs 4,5,6,7, no GPU idle"),  # the smoke runs on the full run's plan
     ],
 )
-def test_every_recipes_gpu_command_line_is_its_node_plan(name, env, plan, data, tmp_path):
+def test_every_recipes_gpu_command_line_is_its_node_plan(name, env, plan, data, node, tmp_path):
     """DRY_RUN=args on the fake nvidia-smi's 8 idle 80 GB GPUs (7 in one case): the plan the recipe prints is the
     one its command line composes (trainer.n_gpus_per_node), and verl accepts that line."""
     if env.get("FAKE_GPUS"):
         env = {**env, "FAKE_GPUS": str(fake_gpus.write_spec(tmp_path / "gpus.json", n=int(env["FAKE_GPUS"])))}
-    args, stderr = dry_run_args(name, data, **env)
+    args, stderr = dry_run_args(node, name, data, **env)
     assert plan_line(stderr) == f"node plan: {plan}"
     cfg = compose_verl_config(args)
     assert cfg.trainer.n_gpus_per_node == len(plan.split(" (")[0].split(" ")[-1].split(","))
     assert cfg.trainer.max_actor_ckpt_to_keep == 2
 
 
-def test_without_nvidia_smi_a_dry_run_plans_the_recipes_node(data, tmp_path):
+def test_without_nvidia_smi_a_dry_run_plans_the_recipes_node(data, node, tmp_path):
     (tmp_path / "nvidia-smi").write_text("#!/bin/sh\nexit 127\n")  # what a machine without the driver answers
     (tmp_path / "nvidia-smi").chmod(0o755)
-    args, stderr = dry_run_args("react_qwen", data, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    args, stderr = dry_run_args(node, "react_qwen", data, PATH=f"{tmp_path}:{os.environ['PATH']}")
     assert plan_line(stderr).endswith(", no GPU idle (assumed: 8 GPUs of 80 GB, no nvidia-smi here)")
     assert "trainer.n_gpus_per_node=8" in args
 
 
-def test_several_nodes_give_every_process_of_the_run_the_judges_to_reach(data):
-    args = recipe_args("aime_qwen", data, NNODES="2", REWARD_URL="http://rw1:8802",
+def test_several_nodes_give_every_process_of_the_run_the_judges_to_reach(data, node):
+    args = recipe_args(node, "aime_qwen", data, NNODES="2", REWARD_URL="http://rw1:8802",
                        STEP_JUDGE_BASE_URL="http://judge1:8000/v1")
     cfg = compose_verl_config(args)
     reach = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_BOT_REACH_URLS
@@ -972,24 +850,24 @@ def test_several_nodes_give_every_process_of_the_run_the_judges_to_reach(data):
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 2)  # 64 rollouts: 4 engines of 16 in all
 
 
-def refused(data: dict, name: str, tmp_path: Path, gpus: dict | None = None, **env: str) -> str:
+def refused(node, data: dict, name: str, tmp_path: Path, gpus: dict | None = None, **env: str) -> str:
     """The launch's one line: it stops before the judge, the reward server or Ray starts (START_SERVER=1 would
     start both here)."""
     spec = fake_gpus.write_spec(tmp_path / "gpus.json", **(gpus or {}))
     out = tmp_path / "out"
-    res = run_recipe(name, base_env(data, **data_env(name, data), **{"START_SERVER": "1", "FAKE_GPUS": str(spec),
-                                                                     "OUT_DIR": str(out), **env}))
-    assert res.returncode == 2 and res.stdout == "", res.stderr[-3000:]
+    ran = node(name, **data_env(name, data), **{"START_SERVER": "1", "FAKE_GPUS": str(spec), "OUT_DIR": str(out),
+                                                **env})
+    assert ran.rc == 2 and ran.out == [], ran.err[-3000:]
     assert not (out / "judge.log").exists() and not (out / "reward_server.log").exists()
-    return last_line(res.stderr)
+    return last_line(ran.err)
 
 
 CKPT = "verl_bot_ckpt/verl_bot"
 
 
-def test_a_busy_gpu_is_refused_with_its_holder(data, tmp_path):
+def test_a_busy_gpu_is_refused_with_its_holder(data, node, tmp_path):
     """The README's old judge (`vllm serve` at 90% of GPU 0, started by hand) on the GPU the plan gives the trainer."""
-    line = refused(data, "react_qwen", tmp_path, {"free": {0: 8112}, "apps": {4242: 0}})
+    line = refused(node, data, "react_qwen", tmp_path, {"free": {0: 8112}, "apps": {4242: 0}})
     assert line == (
         "recipe: GPU 0 has 7.9 GiB free of 79.6 GiB, below the 50.7 GiB the trainer asks there (0.6 x 79.6 GiB + 2.9 "
         "GiB of the actor's weights); held by pid 4242 (nvidia-smi): free it, or give the run other GPUs "
@@ -1018,13 +896,13 @@ def test_a_busy_gpu_is_refused_with_its_holder(data, tmp_path):
          "(REWARD_HOST for the reward server the recipe starts)"),
     ],
 )
-def test_what_cannot_run_stops_before_anything_starts_in_one_line(gpus, env, line, data, tmp_path):
-    assert refused(data, "react_qwen", tmp_path, gpus, **env) == line
+def test_what_cannot_run_stops_before_anything_starts_in_one_line(gpus, env, line, data, node, tmp_path):
+    assert refused(node, data, "react_qwen", tmp_path, gpus, **env) == line
 
 
-def test_checkpoints_the_disk_cannot_hold_are_refused(data, tmp_path):
+def test_checkpoints_the_disk_cannot_hold_are_refused(data, node, tmp_path):
     # 12 PB a checkpoint (the weights offloaded to the CPU: no GPU would hold their shard either)
-    line = refused(data, "aime_qwen", tmp_path, MODEL_PARAMS="1e15", OFFLOAD="True", ALGO="grpo")
+    line = refused(node, data, "aime_qwen", tmp_path, MODEL_PARAMS="1e15", OFFLOAD="True", ALGO="grpo")
     ckpt = data["home"] / CKPT / "aime_qwen_grpo_s0"
     assert line.startswith(f"recipe: CKPT_DIR={ckpt} is on a disk with ")
     assert line.endswith(" GiB free, below the 22351741.8 GiB the run's checkpoints take: 2 of 11175870.9 GiB at once "
@@ -1032,40 +910,39 @@ def test_checkpoints_the_disk_cannot_hold_are_refused(data, tmp_path):
                          "moments); point CKPT_DIR at a disk with room")
 
 
-def test_a_judge_given_by_url_is_refused_on_the_trainers_gpus(data, tmp_path, fake_server):
+def test_a_judge_given_by_url_is_refused_on_the_trainers_gpus(data, node, tmp_path, fake_server):
     """The judge's port is served by this test's process, which the fake nvidia-smi shows on GPU 0; several nodes
     refuse its loopback address."""
     url = fake_server(b"{}")
     judge = {"LLM_JUDGE_BASE_URL": f"{url}/v1"}
-    line = refused(data, "react_qwen", tmp_path, {"apps": {os.getpid(): 0}}, TRAIN_GPUS="0,1,2,3", **judge)
+    line = refused(node, data, "react_qwen", tmp_path, {"apps": {os.getpid(): 0}}, TRAIN_GPUS="0,1,2,3", **judge)
     assert line == (
         f"recipe: LLM_JUDGE_BASE_URL={url}/v1 (pid {os.getpid()}) is served from GPU 0, which the trainer needs "
         "(TRAIN_GPUS=0,1,2,3): give the trainer other GPUs, or let the recipe start and place the judge (unset the "
         "URL; START_JUDGE=1 with JUDGE_MODEL_PATH)"
     )
-    line = refused(data, "react_qwen", tmp_path, {"apps": {os.getpid(): 0}}, NNODES="2", **judge)
+    line = refused(node, data, "react_qwen", tmp_path, {"apps": {os.getpid(): 0}}, NNODES="2", **judge)
     assert line.startswith(f"recipe: NNODES=2 and LLM_JUDGE_BASE_URL is at {url}/v1, a loopback address")
 
 
 @pytest.mark.parametrize("listed", [True, False])
-def test_a_gpu_node_whose_nvidia_smi_fails_does_not_smoke_on_the_cpu(listed, data, tmp_path):
+def test_a_gpu_node_whose_nvidia_smi_fails_does_not_smoke_on_the_cpu(listed, data, node, tmp_path):
     """SMOKE=1 on a machine with NVIDIA device files (GPU_DEVICE_FILES) whose nvidia-smi lists no GPU refuses; without
     them it runs on the CPU platform and says so."""
     devices = tmp_path / "nvidia0"
     if listed:
         devices.write_text("")
     spec = fake_gpus.write_spec(tmp_path / "gpus.json", n=0)
-    env = base_env(data, **data_env("aime_qwen", data), SMOKE="1", DRY_RUN="args", FAKE_GPUS=str(spec),
-                   GPU_DEVICE_FILES=str(tmp_path / "nvidia[0-9]*"))
-    res = run_recipe("aime_qwen", env)
+    ran = node("aime_qwen", **data_env("aime_qwen", data), SMOKE="1", DRY_RUN="args", FAKE_GPUS=str(spec),
+               GPU_DEVICE_FILES=str(tmp_path / "nvidia[0-9]*"))
     if listed:
-        assert res.returncode == 2 and res.stdout == ""
-        assert last_line(res.stderr) == (
+        assert ran.rc == 2 and ran.out == []
+        assert last_line(ran.err) == (
             f"recipe: SMOKE=1 on a GPU node ({devices}) whose nvidia-smi lists no GPU: the smoke would run on the CPU; "
             "fix the driver or PATH, or set PLATFORM=cpu to smoke on the CPU"
         )
     else:
-        assert res.returncode == 0, res.stderr[-2000:]
+        assert ran.rc == 0, ran.err[-2000:]
         assert (f"platform: cpu (SMOKE=1 on a machine without NVIDIA GPUs: no nvidia-smi lists one, no "
-                f"{tmp_path}/nvidia[0-9]*)") in res.stderr.splitlines()
-        assert "trainer.n_gpus_per_node=1" in res.stdout.splitlines()
+                f"{tmp_path}/nvidia[0-9]*)") in ran.err.splitlines()
+        assert "trainer.n_gpus_per_node=1" in ran.out

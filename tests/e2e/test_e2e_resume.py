@@ -23,7 +23,7 @@ rewards (the dataloader continues where the checkpoint left it: the 4 steps of 8
 prompts of the epoch once); the actor's weights after step 2 (killed launch) and step 4 (resumed launch) are
 bit-equal to the reference's (under full_determinism verl-bot's replay-buffer hook gives every batch its rows in one
 order); the token report's chosen steps are each written once, with
-the reference's rows. Stopping a launcher (SIGTERM) stops its run: tests/component/test_recipes.py (recipes/signals.sh),
+the reference's rows. Stopping a launcher (SIGTERM) stops its run: tests/component/test_recipe_supervision.py,
 tests/component/test_run_safety.py (the driver's SIGTERM) and tests/e2e/test_cpu_e2e.py (Ctrl-C: no Ray process left).
 
     .venv/bin/python -m pytest -q tests/e2e/test_e2e_resume.py

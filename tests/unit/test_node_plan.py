@@ -12,6 +12,7 @@ that answers and one that does not, and the hook's gate; the checkpoints a resum
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import socket
 import subprocess
@@ -259,52 +260,50 @@ def test_a_judge_url_is_traced_to_the_gpu_its_process_holds():
         subprocess.run(["kill", str(child)], check=False)
 
 
-def test_the_command_line_prints_the_plan_and_refuses_in_one_line(tmp_path, monkeypatch, capsys):
+def test_plan_node_plans_this_node_and_a_launch_checks_it_in_one_line(tmp_path, monkeypatch):
+    """`plan_node` on the fake nvidia-smi's node (GPU 0 held by pid 777): a dry run's plan counts GPUs only; a launch's
+    (`LaunchCheck`) also checks each GPU's free memory (the trainer's, then the judge's) and the checkpoint disk."""
     fake_gpus.install(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_GPUS", str(fake_gpus.write_spec(tmp_path / "gpus.json", free={0: 8000}, apps={777: 0})))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    base = ["plan", "--rollouts", "128", "--run-rollouts", "128", "--run-mini", "128", "--what", "16 prompts x 8",
-            "--judge", "LLM judge:JUDGE_GPUS:"]
-    assert np_.main(base) == 0  # a plan counts GPUs only
-    assert capsys.readouterr().out.splitlines()[:3] == ["NGPUS_PER_NODE=4", "TRAIN_GPUS=0,1,2,3", "JUDGE_GPUS=4,5,6,7"]
-    assert np_.main([*base, "--check", "--params", "3.09e9", "--ckpt-dir", str(tmp_path / "ckpt"), "--total-steps",
-                     "2", "--save-freq", "2"]) == 2
-    assert capsys.readouterr().out == (
+    req = request(128, judges=(LLM,))
+    node = np_.plan_node(req)  # a plan counts GPUs only
+    assert node.plan == Plan((0, 1, 2, 3), {"JUDGE_GPUS": (4, 5, 6, 7)})
+    check = np_.LaunchCheck(util=0.6, judge_util=0.9, offload=False, params=3_090_000_000, ckpt_dir=str(tmp_path / "c"),
+                            keep=2, total_steps=2, save_freq=2)
+    with pytest.raises(VerlBotConfigError) as err:
+        np_.plan_node(req, check)
+    assert str(err.value) == (
         "GPU 0 has 7.8 GiB free of 79.6 GiB, below the 50.7 GiB the trainer asks there (0.6 x 79.6 GiB + 2.9 GiB of "
         "the actor's weights); held by pid 777 (nvidia-smi): free it, or give the run other GPUs (TRAIN_GPUS, "
-        "JUDGE_GPUS; with room: 1,2,3,4,5,6,7)\n"
+        "JUDGE_GPUS; with room: 1,2,3,4,5,6,7)"
     )
-    checked = ["--check", "--params", "1000", "--ckpt-dir", str(tmp_path / "ckpt"), "--total-steps", "2",
-               "--save-freq", "2", "--train-gpus", "1,2,3,4"]
-    assert np_.main([*base, *checked]) == 2  # the judge would get the rest, GPU 0 among them
-    assert capsys.readouterr().out.startswith("GPU 0 has 7.8 GiB free of 79.6 GiB, below the 71.7 GiB the LLM judge "
-                                              "asks there (0.9 x 79.6 GiB); held by pid 777")
-    assert np_.main([*base[:-1], "LLM judge:JUDGE_GPUS:5,6,7", *checked]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[:3] == ["NGPUS_PER_NODE=4", "TRAIN_GPUS=1,2,3,4", "JUDGE_GPUS=5,6,7"]
-    assert out[3] == (
-        "NODE_PLAN=trainer GPUs 1,2,3,4 (4 x 80 GiB; 32 rollouts per vLLM engine a step), LLM judge GPUs 5,6,7, "
+    small = np_.LaunchCheck(util=0.6, judge_util=0.9, offload=False, params=1000, ckpt_dir=str(tmp_path / "ckpt"),
+                            keep=2, total_steps=2, save_freq=2)
+    moved = request(128, train_gpus=(1, 2, 3, 4), judges=(LLM,))
+    with pytest.raises(VerlBotConfigError, match=r"^GPU 0 has 7\.8 GiB free of 79\.6 GiB, below the 71\.7 GiB the LLM "
+                       r"judge asks there \(0\.9 x 79\.6 GiB\); held by pid 777"):
+        np_.plan_node(moved, small)  # the judge would get the rest, GPU 0 among them
+    pinned = request(128, train_gpus=(1, 2, 3, 4), judges=(Judge("LLM judge", "JUDGE_GPUS", (5, 6, 7)),))
+    node = np_.plan_node(pinned, small)
+    assert node.plan == Plan((1, 2, 3, 4), {"JUDGE_GPUS": (5, 6, 7)}, (0,))
+    assert node.summary == (
+        "trainer GPUs 1,2,3,4 (4 x 80 GiB; 32 rollouts per vLLM engine a step), LLM judge GPUs 5,6,7, "
         f"idle GPUs 0; checkpoints: 1 at once of 0.0 GiB in {tmp_path / 'ckpt'} "
         f"({np_.disk_state(str(tmp_path))[0] / 2**30:.0f} GiB free)"
     )
 
 
-def test_the_plan_starts_without_verl(tmp_path):
-    """A recipe asks for its plan on every launch and DRY_RUN: `python -m verl_bot.launch.node_plan` is one of
-    verl-bot's
-    light commands (no verl, torch, Ray or transformers imported)."""
-    fake_gpus.install(tmp_path / "bin")
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
-           "FAKE_GPUS": str(fake_gpus.write_spec(tmp_path / "gpus.json"))}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "verl_bot.launch.node_plan", "plan", "--rollouts",
-    "64",
-                          "--run-rollouts", "64", "--run-mini", "64", "--what", "8 prompts x 8"],
-                         capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[2])
-    assert out.returncode == 0 and out.stdout.startswith("NGPUS_PER_NODE=4\n"), out.stderr[-2000:]
-    imported = [ln.rsplit("|", 1)[-1].strip() for ln in out.stderr.splitlines() if ln.startswith("import time:")]
-    assert not [m for m in imported if m.split(".")[0] in ("verl", "torch", "ray", "transformers")]
+def test_model_params_is_the_setting_or_the_models_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100,
+                                                      "intermediate_size": 128, "num_attention_heads": 4}))
+    assert np_.model_params(str(tmp_path), "3.09e9") == 3_090_000_000
+    # by hand: embeddings 100 x 64 twice (untied), 2 layers of attention 4 x 64 x 64 and gated MLP 3 x 64 x 128
+    assert np_.model_params(str(tmp_path)) == 2 * 100 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128) == 94720
+    assert np_.model_params(str(tmp_path / "none")) is None
+    with pytest.raises(VerlBotConfigError, match=r"^MODEL_PARAMS must be a number of parameters, got '3B'$"):
+        np_.model_params(str(tmp_path), "3B")
 
 
 # --- every node reaches the run's URLs (real Ray, one node) ---------------------------------------------------------

@@ -4,7 +4,7 @@
         [--verbose] -- bash recipes/cpu_train.sh [overrides ...]
 
 Runs the command with its stdout and stderr (verl's full output: configs, Ray's and every worker's
-lines, the recipe's `set -x` trace) appended to `--log`, and prints only what a person needs:
+lines, the recipe's own lines) appended to `--log`, and prints only what a person needs:
 
     [1/2] bot: BoT-GRPO, dense token rewards
       step  1/20 [#-------------------]  G +0.672  solved 0.031  6.1 s/step  ETA 1:56
@@ -301,7 +301,7 @@ class Console:
         with log_path.open("a", encoding="utf-8") as log:
             log.write(f"\n===== {self.args.title}: {' '.join(command)}\n")
             log.flush()
-            # Ctrl-C and SIGTERM (a `kill`, a scheduler, the demo script's own stop: recipes/signals.sh) are ours
+            # Ctrl-C and SIGTERM (a `kill`, a scheduler, the demo's own stop: verl_bot/recipes/supervise.py) are ours
             # to handle even when the console inherited SIGINT ignored (a background job) or an imported library
             # replaced Python's handler. They only raise a flag, armed before the command starts: a stop that
             # lands while Popen forks cannot lose the child (an exception there would leave it running).

@@ -2,7 +2,7 @@
 
 A randomly initialised tiny model never writes a ```tsx fence, so the React reward server would stop at
 "not a component" and never bundle, lint, render or ask its judges anything. For the CPU runs of the React
-recipes (`PLATFORM=cpu`, `SMOKE=1` on a machine without a GPU: recipes/platform.sh), the model is warm-started
+recipes (`PLATFORM=cpu`, `SMOKE=1` on a machine without a GPU: verl_bot/recipes/), the model is warm-started
 on the prompts the recipe trains on (the chat prompts of its train parquet) answered with one of a few short
 components (`COMPONENTS`: valid TSX with Tailwind classes; one has an ESLint error, a list without keys).
 Sampled at temperature 1 it writes such components with mistakes, so the whole reward stack works on what it

@@ -1,7 +1,7 @@
 """What a recipe trains with that evaluation must repeat: its chat-template options and its response length.
 
-`recipe_settings("aime_smollm")` runs the recipe's own dry run (`DRY_RUN=args bash recipes/aime_smollm.sh`: bash
-only, no Python, no data or GPU needed) and reads its command line, so the recipe stays the one source:
+`recipe_settings("aime_smollm")` runs the recipe's own dry run (`DRY_RUN=args bash recipes/aime_smollm.sh`: no
+data, server or GPU needed) and reads its command line, so the recipe stays the one source:
 `data.apply_chat_template_kwargs.*` (verl renders every prompt with them: SmolLM3's `enable_thinking=False`) and
 `data.max_response_length` (the tokens a response may take).
 """

@@ -19,7 +19,7 @@ exception prints anything):
 - makes SIGTERM what Ctrl-C is (a `KeyboardInterrupt` in the main thread) unless
   the process has its own SIGTERM handler: Python's default ends the driver at
   once, without Ray's shutdown, and the Ray cluster it started goes on training
-  (a scheduler's stop, `kill`, or a recipe's stop, `recipes/signals.sh`).
+  (a scheduler's stop, `kill`, or a recipe's stop, `verl_bot/recipes/supervise.py`).
 """
 
 from __future__ import annotations

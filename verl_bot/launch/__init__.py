@@ -4,7 +4,7 @@
     preflight.py      the start-up checks: what cannot work is refused in one line before any model loads
     trainer_modes.py  verl's trainer modes and features with verl-bot
     families.py       the three model families (chat format, EOS, LongRoPE)
-    node_plan.py      a GPU recipe's node plan (light command: `python -m verl_bot.launch.node_plan`)
+    node_plan.py      a GPU recipe's node plan and what it refuses before anything starts (verl_bot/recipes/)
     reach.py          every node reaches every reward server and judge
     smoke.py          the verdict block of a recipe's SMOKE=1 run (light command)
 """

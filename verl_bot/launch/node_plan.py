@@ -1,15 +1,14 @@
 """The node plan of a GPU recipe, and what it refuses before anything starts.
 
-`recipes/lib/node.sh` asks `python -m verl_bot.launch.node_plan plan ...` which GPUs of this node train and which serve
-the
-judges the recipe starts itself (`START_JUDGE=1`), then, before the judges, the reward server or Ray start, checks:
-the trainer's GPU count lets verl split every mini-batch evenly, each GPU the run will use has the free memory vLLM
-asks there, no GPU the trainer takes serves a judge given by URL, and the checkpoint disk holds the checkpoints the
-run keeps. Each refusal is one line (`VerlBotConfigError`), which the recipe prints as `recipe: <line>` before it
-exits with 2 (docs/troubleshooting.md, "Recipes on a GPU node"). A `DRY_RUN` plans the GPU count only; without
-nvidia-smi it plans for the recipes' node, 8 GPUs of 80 GB (`ASSUMED_NODE`).
+A paper recipe (`verl_bot.recipes.launch`) asks `plan_node` which GPUs of this node train and which serve the judges
+the recipe starts itself (`START_JUDGE=1`), then, before the judges, the reward server or Ray start, checks
+(`LaunchCheck`): the trainer's GPU count lets verl split every mini-batch evenly, each GPU the run will use has the
+free memory vLLM asks there, no GPU the trainer takes serves a judge given by URL, and the checkpoint disk holds the
+checkpoints the run keeps. Each refusal is one line (`VerlBotConfigError`), which the recipe prints as
+`recipe: <line>` before it exits with 2 (docs/troubleshooting.md, "Recipes on a GPU node"). A `DRY_RUN` plans the GPU
+count only; without nvidia-smi it plans for the recipes' node, 8 GPUs of 80 GB (`ASSUMED_NODE`).
 
-The default plan (every part of it a knob of the recipes: recipes/README.md, "Node plan"):
+The default plan (every part of it a knob of the recipes: docs/recipes.md, "Node plan"):
 - the trainer takes the most GPUs `d` of this node such that verl splits each mini-batch over the `d` x nodes ranks
   without padding rows (their count divides the mini-batch's rollouts; `ROLLOUT_TP` divides `d`) and each vLLM
   engine still gets `MIN_ROLLOUTS_PER_ENGINE` of a step's rollouts, keeping a GPU for each judge the recipe starts;
@@ -19,18 +18,16 @@ The default plan (every part of it a knob of the recipes: recipes/README.md, "No
   that serves a judge the run was given by URL.
 
 The functions are pure; nvidia-smi, the processes behind a judge's port and the disk are read at the edges
-(`query_gpus`, `judge_url_gpus`, `main`).
+(`query_gpus`, `judge_url_gpus`, `disk_state`, `plan_node`).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -473,55 +470,32 @@ def disk_state(ckpt_dir: str) -> tuple[int, int]:
     return shutil.disk_usage(path).free, existing
 
 
-# --- the command line -----------------------------------------------------------------------------------------------
-def _judge(spec: str) -> Judge:
-    name, var, gpus = spec.rsplit(":", 2)
-    return Judge(name, var, gpu_list(gpus))
+# --- a recipe's plan ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LaunchCheck:
+    """What a launch checks beyond the GPU count: vLLM's memory share on the trainer's GPUs (`util`, plus the actor's
+    weights of `params` parameters unless `offload`) and on the judges' (`judge_util`), the checkpoints (`keep` of a
+    run of `total_steps` saving every `save_freq` in `ckpt_dir`), and the URLs (what -> URL, comma-separated for
+    several) of the reward servers and of the judges given by URL (traced to the GPUs their processes hold)."""
+
+    util: float
+    judge_util: float
+    offload: bool
+    params: int | None
+    ckpt_dir: str
+    keep: int
+    total_steps: int
+    save_freq: int
+    reward_urls: Mapping[str, str] = field(default_factory=dict)
+    judge_urls: Mapping[str, str] = field(default_factory=dict)
 
 
-def _pairs(specs: list[str]) -> dict[str, str]:
-    return dict(spec.split("=", 1) for spec in specs if spec.split("=", 1)[1])
+@dataclass(frozen=True)
+class NodePlan:
+    """The plan and its one line (the recipe prints it, the smoke's verdict names it)."""
 
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m verl_bot.launch.node_plan", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("address", help="this node's address as the other nodes see it")
-    p = sub.add_parser("plan", help="print the plan as KEY=VALUE lines; exit 2 with one line when it cannot run")
-    p.add_argument("--rollouts", type=int, required=True, help="a step's rollouts of the full run")
-    p.add_argument("--run-rollouts", type=int, required=True, help="a step's rollouts of this launch")
-    p.add_argument("--run-mini", type=int, required=True, help="a mini-batch's rollouts of this launch")
-    p.add_argument("--what", required=True, help="the run's batch in words, for messages")
-    p.add_argument("--nnodes", type=int, default=1)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--min-per-engine", type=int, default=16)
-    p.add_argument("--ngpus", default="", help="NGPUS_PER_NODE (empty: planned)")
-    p.add_argument("--train-gpus", default="", help="TRAIN_GPUS (empty: planned)")
-    p.add_argument("--judge", action="append", default=[], help="NAME:VAR:GPUS of a judge the recipe starts")
-    p.add_argument("--judge-tp", type=int, default=1)
-    p.add_argument("--check", action="store_true", help="a launch: check memory, judge GPUs, disk, addresses")
-    p.add_argument("--util", type=float, default=0.6, help="the rollout's gpu_memory_utilization")
-    p.add_argument("--offload", default="False", help="OFFLOAD: True keeps the actor's weights on the CPU")
-    p.add_argument("--judge-util", type=float, default=0.9, help="the judges' gpu_memory_utilization")
-    p.add_argument("--judge-url", action="append", default=[], help="NAME=URL of a judge given by URL")
-    p.add_argument("--reward-url", action="append", default=[], help="NAME=URL of the reward server(s)")
-    p.add_argument("--model", default="", help="the model path, for its parameter count")
-    p.add_argument("--params", default="", help="MODEL_PARAMS: the parameter count (empty: from config.json)")
-    p.add_argument("--ckpt-dir", default="")
-    p.add_argument("--keep", type=int, default=2, help="KEEP_CKPTS")
-    p.add_argument("--total-steps", type=int, default=0)
-    p.add_argument("--save-freq", type=int, default=0)
-    return parser.parse_args(argv)
-
-
-def request_of(args: argparse.Namespace) -> Request:
-    return Request(
-        rollouts=args.rollouts, run_rollouts=args.run_rollouts, run_mini=args.run_mini, what=args.what,
-        nnodes=args.nnodes, tp=args.tp, min_per_engine=args.min_per_engine,
-        ngpus=int(args.ngpus) if args.ngpus else None, train_gpus=gpu_list(args.train_gpus),
-        judges=tuple(_judge(spec) for spec in args.judge), judge_tp=args.judge_tp,
-    )
+    plan: Plan
+    summary: str
 
 
 def inventory(check: bool) -> tuple[list[Gpu], str]:
@@ -535,43 +509,44 @@ def inventory(check: bool) -> tuple[list[Gpu], str]:
     return visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES")), ""
 
 
-def model_params(args: argparse.Namespace) -> int | None:
-    """MODEL_PARAMS, or the count from the model's config.json (None when it cannot be read here)."""
-    if args.params:
-        return int(float(args.params))
+def model_params(model: str, params: str = "") -> int | None:
+    """MODEL_PARAMS (`params`), or the count from the model's config.json (None when it cannot be read here)."""
+    if params:
+        try:
+            return int(float(params))
+        except ValueError:
+            raise VerlBotConfigError(f"MODEL_PARAMS must be a number of parameters, got {params!r}") from None
     from verl_bot.launch.families import read_hf_config
 
-    hf_config = read_hf_config(args.model) if args.model else None
+    hf_config = read_hf_config(model) if model else None
     return param_count(hf_config) if hf_config else None
 
 
-def check_launch(args: argparse.Namespace, plan: Plan, gpus: list[Gpu], apps: Mapping[int, str],
-                 params: int | None) -> str:
+def check_launch(request: Request, check: LaunchCheck, plan: Plan, gpus: list[Gpu], apps: Mapping[int, str]) -> str:
     """The memory and disk checks of a launch (raise their one line); returns the disk's part of the summary."""
-    request = request_of(args)
-    offloaded = args.offload.lower() == "true"
-    shard = 0.0 if offloaded else (params or 0) * SHARD_BYTES_PER_PARAM / (len(plan.train) * request.nnodes) / MIB
-    roles = {"trainer": Role("trainer", args.util, shard)} | {j.var: Role(j.name, args.judge_util)
-                                                               for j in request.judges}
+    params = check.params
+    shard = 0.0 if check.offload else (params or 0) * SHARD_BYTES_PER_PARAM / (len(plan.train) * request.nnodes) / MIB
+    roles = {"trainer": Role("trainer", check.util, shard)} | {j.var: Role(j.name, check.judge_util)
+                                                                for j in request.judges}
     problem = memory_problem(plan, {g.index: g for g in gpus}, roles, holders_of(apps, gpus))
     if problem:
         raise VerlBotConfigError(problem)
-    saves = saves_of(args.total_steps, args.save_freq)
-    if not args.ckpt_dir or saves == 0:
+    saves = saves_of(check.total_steps, check.save_freq)
+    if not check.ckpt_dir or saves == 0:
         return ""
     if params is None:
-        return f"; checkpoints in {args.ckpt_dir} (size unknown: set MODEL_PARAMS to check the disk)"
-    free, existing = disk_state(args.ckpt_dir)
-    problem = disk_problem(args.ckpt_dir, free, existing, params, args.keep, saves)
+        return f"; checkpoints in {check.ckpt_dir} (size unknown: set MODEL_PARAMS to check the disk)"
+    free, existing = disk_state(check.ckpt_dir)
+    problem = disk_problem(check.ckpt_dir, free, existing, params, check.keep, saves)
     if problem:
         raise VerlBotConfigError(problem)
     size = params * CKPT_BYTES_PER_PARAM / GIB
-    return (f"; checkpoints: {kept_at_once(args.keep, saves, existing > 0)} at once of {size:.1f} GiB in "
-            f"{args.ckpt_dir} ({free / GIB:.0f} GiB free)")
+    return (f"; checkpoints: {kept_at_once(check.keep, saves, existing > 0)} at once of {size:.1f} GiB in "
+            f"{check.ckpt_dir} ({free / GIB:.0f} GiB free)")
 
 
 def summary(plan: Plan, request: Request, gpus: list[Gpu]) -> str:
-    """The plan in one line (the recipe prints it, the smoke's verdict names it)."""
+    """The plan in one line."""
     gib = {g.index: g.total_mib / 1024 for g in gpus}
     engines = len(plan.train) * request.nnodes // request.tp
     parts = [f"trainer GPUs {joined(plan.train)} ({len(plan.train)} x {gib[plan.train[0]]:.0f} GiB"
@@ -583,39 +558,21 @@ def summary(plan: Plan, request: Request, gpus: list[Gpu]) -> str:
     return ", ".join(parts)
 
 
-def plan_command(args: argparse.Namespace) -> list[str]:
-    """The `plan` command's KEY=VALUE lines (raises `VerlBotConfigError`)."""
-    request = request_of(args)
-    gpus, assumed = inventory(args.check)
-    if args.check:
-        problem = loopback_problem(args.nnodes, _pairs(args.reward_url) | _pairs(args.judge_url)) or \
-            multinode_judge_problem(args.nnodes, bool(request.judges))
+def plan_node(request: Request, check: LaunchCheck | None = None) -> NodePlan:
+    """This node's plan for `request` (a dry run: the GPU count only); with `check` (a launch) also the addresses on
+    several nodes, the GPUs of the judges given by URL, each GPU's free memory and the checkpoint disk. Raises
+    `VerlBotConfigError` with the one line of what cannot run."""
+    gpus, assumed = inventory(check is not None)
+    apps: dict[int, str] = {}
+    busy: dict[int, str] = {}
+    if check is not None:
+        urls = {**check.reward_urls, **check.judge_urls}
+        problem = (loopback_problem(request.nnodes, urls)
+                   or multinode_judge_problem(request.nnodes, bool(request.judges)))
         if problem:
             raise VerlBotConfigError(problem)
-    apps = parse_apps(nvidia_smi(APPS_QUERY) or "") if args.check else {}
-    busy = judge_url_gpus(_pairs(args.judge_url), gpus, apps) if args.check else {}
+        apps = parse_apps(nvidia_smi(APPS_QUERY) or "")
+        busy = judge_url_gpus(check.judge_urls, gpus, apps)
     plan = make_plan([g.index for g in gpus], request, busy)
-    tail = check_launch(args, plan, gpus, apps, model_params(args)) if args.check else ""
-    return [
-        f"NGPUS_PER_NODE={len(plan.train)}",
-        f"TRAIN_GPUS={joined(plan.train)}",
-        *(f"{j.var}={joined(plan.judges.get(j.var, ()))}" for j in request.judges),
-        f"NODE_PLAN={summary(plan, request, gpus)}{tail}{assumed}",
-    ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.command == "address":
-        print(node_address())
-        return 0
-    try:
-        print("\n".join(plan_command(args)))
-    except VerlBotConfigError as exc:
-        print(exc)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    tail = check_launch(request, check, plan, gpus, apps) if check is not None else ""
+    return NodePlan(plan, f"{summary(plan, request, gpus)}{tail}{assumed}")

@@ -1,4 +1,4 @@
-"""The verdict block of a recipe's smoke run (`SMOKE=1 bash recipes/<task>_<model>.sh`, recipes/lib/launch.sh).
+"""The verdict block of a recipe's smoke run (`SMOKE=1 bash recipes/<task>_<model>.sh`, verl_bot/recipes/launch.py).
 
 Read from what the run left in its output folder (verl's file-logger metrics, the token records of step 1,
 the checkpoint) after the trainer exits; prints one block and exits 1 when a check failed:
@@ -10,7 +10,7 @@ Checks (FAIL ends the verdict non-zero; WARN is printed, not fatal):
 - the trainer exited 0 and logged every step asked for;
 - scorer failures: FAIL when more than half of a step's rollouts failed (the run's own stop would follow),
   WARN for any;
-- the node plan of a GPU run (`--plan`, recipes/lib/node.sh), named;
+- the node plan of a GPU run (`--plan`, verl_bot/launch/node_plan.py), named;
 - the judge (when one was given): FAIL when it answered no call (the reward server's `judge_stats` in its
   /health: calls answered with a score, answered without one, unavailable; without them, the verdicts' flags);
 - the PRM (when one gave S, `--prm`): FAIL when it scored no rollout (the manager's `reward/prm_failed/mean`), WARN
