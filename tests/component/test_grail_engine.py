@@ -33,7 +33,7 @@ import verl_bot.plugin
 verl_bot.plugin.register()
 from transformers import AutoModelForCausalLM
 from verl_bot.advantage.grail import SETTINGS_KEY, SPAN_FIELD, GrailSettings, grail_weights, reweighted_rows
-from verl_bot.cpu.actor_engine import actor_batch, build_actor_engine, init_process_group
+from verl_bot.cpu.actor_engine import actor_batch, build_actor_engine, init_process_group, legacy_actor_batch
 from verl_bot.advantage.grail_update import micro_batch_weights
 from verl_bot.hooks.engine_forward_step import micro_batch_view
 sys.path.insert(0, sys.argv[2])
@@ -107,6 +107,22 @@ g_dyn, out_dyn = grads(batch(dynamic=True))
 g_dyn_pre, _ = grads(batch(weights=w, grail=False, dynamic=True))
 result["dynamic_vs_premultiplied"] = max_diff(g_dyn, g_dyn_pre)
 result["dynamic_micro_batches"] = len(out_dyn["metrics"]["grail/w_mean"].values)
+
+# the legacy trainer's layout (responses right-padded, sequences nested): the same weights, the same gradients
+def legacy(grail=True, weights=None):
+    td = legacy_actor_batch(seqs, prompts, adv_rows, old, extra={SPAN_FIELD: codes}, temperature=T,
+                            micro_batch_size=2, non_tensor={SETTINGS_KEY: settings.as_dict()} if grail else None)
+    if weights is not None:
+        td["advantages"] = td["advantages"] * pad(weights)
+    return td
+
+with engine.train_mode():
+    w_legacy, _ = micro_batch_weights(micro_batch_view(engine, legacy(), (SPAN_FIELD,)), settings.as_dict())
+result["legacy_weights_diff"] = float((pad(w_legacy) - ref_w).abs().max())
+g_legacy, _ = grads(legacy())
+g_legacy_pre, _ = grads(legacy(grail=False, weights=w_legacy))
+result["legacy_hook_vs_premultiplied"] = max_diff(g_legacy, g_legacy_pre)
+result["legacy_vs_v1"] = max_diff(g_legacy, g_hook)
 print("RESULT " + json.dumps(result))
 '''
 
@@ -141,6 +157,15 @@ def test_engine_weights_equal_the_plain_autograd_reference(engine_result):
     assert engine_result["weights_diff_packed"] < 1e-4
     assert engine_result["weights_diff_padded"] < 1e-4
     assert engine_result["weights_not_one"] > 0.1  # the weights are not trivially 1
+
+
+def test_the_legacy_trainers_layout_gives_the_same_weights_and_gradients(engine_result):
+    """verl's legacy update sends right-padded response fields (GRAIL's span codes among them): the same weights as
+    the reference, gradients equal to advantages pre-multiplied by them, and to the v1 layout's."""
+    scale = engine_result["grad_scale"]
+    assert engine_result["legacy_weights_diff"] < 1e-4
+    assert engine_result["legacy_hook_vs_premultiplied"] <= 1e-6 * scale
+    assert engine_result["legacy_vs_v1"] <= 1e-5 * scale
 
 
 def test_extra_backward_leaves_the_update_gradients_unchanged(engine_result):

@@ -154,13 +154,15 @@ def test_legacy_advantages_are_bot_of_the_rows_whose_scorer_answered():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["algorithm.adv_estimator=grail", "trainer.use_v1=false"], "adv_estimator=grail needs verl's v1 trainer"),
+    (["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"],
+     "algorithm.filter_groups.enable=true on a legacy trainer"),
 ])
 def test_what_the_legacy_trainer_cannot_run_is_refused_before_ray(overrides, message):
     from verl_bot.launch.trainer_modes import trainer_mode_problem
 
-    assert message in trainer_mode_problem(compose_verl_config(overrides), "legacy")
-    assert trainer_mode_problem(compose_verl_config(["algorithm.adv_estimator=grail"]), "v1") is None  # v1: runs
+    assert message in trainer_mode_problem(compose_verl_config([*BOT, *overrides]), "legacy")
+    assert trainer_mode_problem(compose_verl_config([*BOT, *overrides]), "v1") is None  # v1: runs
+    assert trainer_mode_problem(compose_verl_config(["algorithm.adv_estimator=grail"]), "legacy") is None
 
 
 def test_verl_090s_legacy_trainer_on_the_cpu_is_refused_before_ray_without_flash_attn(monkeypatch):

@@ -193,7 +193,7 @@ def test_the_extraction_sees_what_it_is_for():
     wrapped ValueError, a module constant filled in; a message that starts with a value is keyed on its text."""
     found = {regex.replace("\\", ""): where for regex, (where, _) in messages().items()}
     for text, where in (
-        ("adv_estimator=grail needs verl's v1 trainer", "verl_bot/launch/trainer_modes.py"),
+        ("algorithm.filter_groups.enable=true on a legacy trainer", "verl_bot/launch/trainer_modes.py"),
         ("bot reward manager: no scorer for data_source=", "verl_bot/launch/preflight.py"),  # and the manager's
         ("(credentials refused)", "verl_bot/rewards/scorers.py"),  # a subclass: ScorerRefused
         ("algorithm.token_report_steps must be a list", "verl_bot/observe/token_records.py"),  # STEPS_KEY filled in

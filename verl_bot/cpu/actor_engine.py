@@ -133,3 +133,50 @@ def actor_batch(
         **(non_tensor or {}),
     )
     return td
+
+
+def legacy_actor_batch(
+    seqs: Sequence[torch.Tensor],
+    prompt_lens: Sequence[int],
+    advantages: Sequence[float],
+    old_log_probs: Sequence[torch.Tensor],
+    extra: dict[str, Sequence[torch.Tensor]] | None = None,
+    non_tensor: dict[str, Any] | None = None,
+    temperature: float = 1.0,
+    micro_batch_size: int = 2,
+    max_token_len: int = 4096,
+    packed: bool = True,
+):
+    """The same (mini-)batch as `actor_batch` in the layout verl's legacy trainer sends (`RayPPOTrainer._update_actor`:
+    a `DataProto` of prompts left-padded and responses right-padded, `to_tensordict`, then verl's
+    `left_right_2_no_padding`): the sequences nested, every response-aligned field (B, T) right-padded."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    width_p, width_r = max(prompt_lens), max(len(s) - p for s, p in zip(seqs, prompt_lens, strict=True))
+    b = len(seqs)
+    prompts, responses = torch.zeros(b, width_p, dtype=torch.long), torch.zeros(b, width_r, dtype=torch.long)
+    attention = torch.zeros(b, width_p + width_r, dtype=torch.long)
+    rows = {"old_log_probs": old_log_probs, "advantages": [torch.full((len(s) - p,), float(a)) for s, p, a in
+                                                          zip(seqs, prompt_lens, advantages, strict=True)],
+            **(extra or {})}
+    padded = {name: torch.zeros(b, width_r, dtype=values[0].dtype) for name, values in rows.items()}
+    for i, (s, p) in enumerate(zip(seqs, prompt_lens, strict=True)):
+        n = len(s) - p
+        prompts[i, width_p - p:], responses[i, :n] = s[:p], s[p:]
+        attention[i, width_p - p: width_p + n] = 1
+        for name, values in rows.items():
+            padded[name][i, :n] = values[i]
+    from tensordict import TensorDict
+
+    td = TensorDict({"input_ids": torch.cat([prompts, responses], 1), "attention_mask": attention,
+                     "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "prompts": prompts,
+                     "responses": responses, "response_mask": attention[:, width_p:].clone(), **padded},
+                    batch_size=b)
+    td = left_right_2_no_padding(td)
+    tu.assign_non_tensor(
+        td, temperature=temperature, global_batch_size=b, use_remove_padding=packed, use_dynamic_bsz=False,
+        micro_batch_size_per_gpu=micro_batch_size, max_token_len_per_gpu=max_token_len, calculate_entropy=False,
+        **(non_tensor or {}),
+    )
+    return td

@@ -10,10 +10,11 @@
   and the workers have started; `separate_async_problem` says the same in one line before Ray, and refuses the
   mode on the CPU (`trainer.device=cpu`), which has none of the checkpoint engines it needs (NCCL, NIXL, Mooncake).
 
-`trainer.use_v1=false` (verl's legacy `RayPPOTrainer`, `verl_bot.hooks.legacy`): every verl-bot estimator, loss,
-the manager with its streams, multi-turn credit and the served PRM run as on v1, except `legacy_problem`'s:
-GRAIL, whose token weights reach the actor's forward as per-response (nested) fields of the v1 update; a
-multi-output agent loop stops the legacy run at its first sample (the legacy agent loop takes one output).
+`trainer.use_v1=false` (verl's legacy `RayPPOTrainer` and its subclasses, `verl_bot.hooks.legacy`): every verl-bot
+estimator, loss (GRAIL's token weights from right-padded span codes), the manager with its streams, multi-turn
+credit and the served PRM run as on v1, except `legacy_problem`'s (DAPO's filter; verl 0.9.0's legacy trainer on
+the CPU); a multi-output agent loop stops the legacy run at its first sample (the legacy agent loop takes one
+output).
 
 DAPO's dynamic sampling (`algorithm.filter_groups`): with the `bot` manager the v1 replay buffer keeps exactly the
 groups the run's estimator learns from (`verl_bot.hooks.v1.replay_buffer`); refused on the legacy trainers (no
@@ -87,12 +88,6 @@ def legacy_problem(config: Any, on_cpu: bool = False) -> str | None:
             "legacy trainers have no group filter (DAPO's dynamic sampling runs in the v1 trainer's replay buffer, "
             "where verl-bot drops the groups its estimator cannot learn from), and a recipe trainer's own filter reads "
             "a metric that does not say which groups carry signal; use trainer.use_v1=true"
-        )
-    estimator = str(getattr(config.algorithm.adv_estimator, "value", config.algorithm.adv_estimator))
-    if estimator == "grail":
-        return (
-            "adv_estimator=grail needs verl's v1 trainer (trainer.use_v1=true): its token weights reach the actor "
-            "as per-response fields of the v1 update, which verl's legacy trainer does not carry"
         )
     import verl
 

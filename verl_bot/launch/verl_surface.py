@@ -435,7 +435,9 @@ KEY_ROWS: tuple[Row, ...] = (
     row("trainer.use_v1", dense=tested(BOT_LEGACY, note="`false`: verl's legacy `RayPPOTrainer`"),
         reco=neutral("`false`: run by hand 2026-12-04 (docs/verl_versions.md)"),
         vps=neutral("`false`: run by hand 2026-12-04 (docs/verl_versions.md)"),
-        grail=refused("adv_estimator=grail needs verl's v1 trainer", "trainer.use_v1=false"),
+        grail=tested("tests/component/test_grail_engine.py::test_the_legacy_trainers_layout_gives_the_same_weights_and_"
+                     "gradients", note="`false`: the legacy update's right-padded span codes; run by hand 2026-12-05 "
+                     "(docs/verl_versions.md)"),
         verl=tested(LEGACY_SCALAR)),
     row("trainer.v1.trainer_mode", dense=tested(BOT_COLOCATE), all=tested(
         *SCALAR_RUNS, GRPO, note="`sync`; each mode: its `trainer.v1.trainer_mode=...` row")),

@@ -5,7 +5,7 @@ A run that does not use verl-bot (`verl_bot.launch.activation`) gets verl's meth
 the run; the methods' knobs go into the batch's `meta_info`, which verl turns into the update's non-tensor data
 (`DataProto.to_tensordict`) and every actor micro-batch carries; their per-token fields, computed from the
 responses, become right-padded (B, T) fields of the batch for the update (assigned, and taken out after it). After
-the update, the iteration's metrics are named (`update_metrics`).
+the update, the iteration's metrics are reduced as verl reduces them and named (`update_metrics`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import functools
 from typing import Any
 
 import torch
+from verl.utils.metric import reduce_metrics
 
 from verl_bot.hooks.legacy.batch import ProtoBatch
 from verl_bot.hooks.legacy.trainer import HOOKS
@@ -62,7 +63,11 @@ def _make_update_actor(original):
                 batch.meta_info.pop(key, None)
             for name in fields:
                 batch.pop(batch_keys=[name])
-        update_metrics(self.config, output.meta_info["metrics"], rows=len(batch), fields_s=fields_s)
+        # the worker's metrics, one list each (verl reduces them after this method): reduced as verl reduces them,
+        # then named, the same scalars the v1 update's metrics are
+        metrics = reduce_metrics(output.meta_info["metrics"])
+        update_metrics(self.config, metrics, rows=len(batch), fields_s=fields_s)
+        output.meta_info["metrics"] = metrics
         return output
 
     return _update_actor
