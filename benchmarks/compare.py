@@ -1,7 +1,7 @@
 """Every algorithm on both CPU tasks, through verl's real trainer; raw per-step results as CSV, then a summary.
 
     # run (each missing (task, variant, seed) is one recipes/cpu_train.sh run; finished ones are kept)
-    .venv/bin/python benchmarks/compare.py run [--tasks toy_lint toy_math toy_calc] [--variants bot grpo ...]
+    .venv/bin/python benchmarks/compare.py run [--tasks toy_lint toy_math toy_calc toy_turns] [--variants bot ...]
         [--seeds 0 1 2] [--steps 40]      # default seeds: 0-2 on toy_lint and toy_calc, 0-4 on toy_math
     # regenerate the summary table, the figures, docs/results.md's table and the README's lines from the CSVs alone
     .venv/bin/python benchmarks/compare.py report
@@ -19,9 +19,11 @@ Files (the results folder is committed; the runs' own directories are not):
     results/figures/<task>_<metric>_<panel>.png trailing-mean curve per variant (panels: main, open), min-max band
 
 `report` also rewrites docs/results.md's block between `<!-- compare:begin -->` and `<!-- compare:end -->`
-with the summary table, and the README's between `<!-- compare:headline:begin -->` and
-`<!-- compare:headline:end -->` with one line per task (`headline_table`), so the numbers of both pages are
-the committed CSVs' (a test checks it).
+with the summary table and its block between `<!-- compare:turns:begin -->` and `<!-- compare:turns:end -->` with
+the multi-turn tasks' turns per rollout and wasted calls (`turn_table`), and the README's between
+`<!-- compare:headline:begin -->` and `<!-- compare:headline:end -->` with one line per task (`headline_table`),
+so the numbers of both pages are the committed CSVs' (a test checks it). The turn-level estimators (`turn_bot`,
+the biased reference `turn_index_biased`) run on the multi-turn tasks as `ALGO=bot` with their estimator.
 
 Summary columns: steps to threshold (the first step at which the trailing `WINDOW`-step mean of the task's
 metric reaches its threshold; a run that never does counts as steps + 1 and is marked '>'), the final value
@@ -64,6 +66,9 @@ CSV_COLUMNS = {
     "response_length": "response_length/mean",
     "adv_abs_max": "bot/adv_abs_max",
     "step_time_s": "timing_s/step",
+    "num_turns": "training/num_turns/mean",  # verl's: user (tool replies) + assistant turns + 1; 2 per assistant turn
+    "wasted_call": "reward/flag/wasted_call/mean",  # toy_turns: share of rollouts with a wasted call (absent: none)
+    "direct": "reward/flag/direct/mean",  # toy_turns: share answered without a call (absent: none)
 }
 
 
@@ -74,13 +79,24 @@ class Task:
     metric: str  # a CSV column
     threshold: float
     seeds: tuple[int, ...] = (0, 1, 2)  # what `run` trains unless --seeds says otherwise
+    flags: tuple[str, ...] = ()  # CSV columns of its scorer's flags (a step without the metric had none)
+    multi_turn: bool = False  # verl's ToolAgentLoop: the turn table reports its turns
 
 
 TASKS = {
     "toy_lint": Task("score", 0.9),
     "toy_math": Task("acc", 0.6, seeds=(0, 1, 2, 3, 4)),  # its seeds differ more: five
-    "toy_calc": Task("acc", 0.5),  # the tool task (verl's ToolAgentLoop, per-turn values): bot and grpo only
+    "toy_calc": Task("acc", 0.5, multi_turn=True),  # the tool task (verl's ToolAgentLoop, per-turn values)
+    "toy_turns": Task("acc", 0.3, flags=("wasted_call", "direct"), multi_turn=True),  # its number of turns chosen
 }
+TURN_TASKS = ("toy_calc", "toy_turns")
+TURN_BEGIN, TURN_END = "<!-- compare:turns:begin -->", "<!-- compare:turns:end -->"
+
+
+# Hydra interpolations (`{{` `}}`: an override's braces go through str.format, `{task}`)
+CRITIC = ("algorithm.adv_estimator=gae", "critic.enable=true", "critic.model.path=${{actor_rollout_ref.model.path}}",
+          "critic.optim.lr=${{actor_rollout_ref.actor.optim.lr}}",
+          "critic.ppo_micro_batch_size_per_gpu=${{actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu}}")
 
 
 @dataclass(frozen=True)
@@ -96,8 +112,16 @@ class Variant:
 
 
 VARIANTS = {
-    "bot": Variant("bot", what="BoT-GRPO (the paper)", tasks=("toy_lint", "toy_math", "toy_calc")),
-    "grpo": Variant("grpo", what="GRPO on G only", tasks=("toy_lint", "toy_math", "toy_calc")),
+    "bot": Variant("bot", what="BoT-GRPO (the paper)", tasks=("toy_lint", "toy_math", *TURN_TASKS)),
+    "grpo": Variant("grpo", what="GRPO on G only", tasks=("toy_lint", "toy_math", *TURN_TASKS)),
+    "turn_bot": Variant(
+        "bot", overrides=("algorithm.adv_estimator=turn_bot",), tasks=TURN_TASKS,
+        what="turn-level BoT (ours): returns over the following turns, a leave-one-out bag baseline",
+    ),
+    "turn_index_biased": Variant(
+        "bot", overrides=("algorithm.adv_estimator=turn_index_biased",), tasks=TURN_TASKS,
+        what="the per-turn-index baseline (MT-GRPO's normalisation over T turns): the biased reference",
+    ),
     "gspo": Variant("gspo", what="GSPO (sequence ratio) on G only"),
     "dapo": Variant("dapo", what="DAPO: clip-higher, dynamic sampling on the outcome, token-mean"),
     "pure": Variant("pure", what="PURE, min-form credit on the local signal per step"),
@@ -121,8 +145,20 @@ VARIANTS = {
         what="bot, 30% of the local spans flipped in sign",
     ),
     "bot_floor": Variant("bot", overrides=("+algorithm.bot_std_floor=0.05",), what="bot, group std floor 0.05"),
+    # verl's return-based estimators with the `bot` manager: its returns layout (G on the last token, S_t where it
+    # lies) against G alone; PPO's critic is the tiny model with a value head, at the actor's learning rate (ours)
+    "gae": Variant("grpo", overrides=(*CRITIC, "+reward.reward_kwargs.bot.token_level=returns"),
+                   what="PPO with a critic (verl's gae) on the bot manager's returns layout: G and S"),
+    "gae_G": Variant("grpo", overrides=CRITIC, what="PPO with a critic (verl's gae) on G only"),
+    "rfpp": Variant("grpo", overrides=("algorithm.adv_estimator=reinforce_plus_plus",
+                                       "+reward.reward_kwargs.bot.token_level=returns"),
+                    what="REINFORCE++ (verl's) on the bot manager's returns layout: G and S"),
+    "rfpp_G": Variant("grpo", overrides=("algorithm.adv_estimator=reinforce_plus_plus",),
+                      what="REINFORCE++ (verl's) on G only"),
 }
-MAIN = ["bot", "grpo", "gspo", "dapo", "pure", "pure_scale1", "pass", "reco", "grpo_mb4", "vps", "grail"]
+RETURNS = ["gae", "gae_G", "rfpp", "rfpp_G"]
+MAIN = ["bot", "grpo", "gspo", "dapo", "pure", "pure_scale1", "pass", "reco", "grpo_mb4", "vps", "grail", "turn_bot",
+        "turn_index_biased"]
 OPEN_QUESTIONS = ["bot_token_pool", "bot_ws0.1", "bot_ws0.5", "bot_ws1.0", "bot_noisy", "bot_floor"]
 
 
@@ -327,6 +363,56 @@ def headline_table(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def turn_window(runs: list[list[dict[str, float | None]]], column: str, last: bool, missing: float | None) -> str:
+    """`mean ± std` over seeds of `column`'s mean over the first (or last) `FINAL` steps; a step without the value
+    counts as `missing` (None: '-' unless every step has it)."""
+    values = []
+    for run in runs:
+        window = run[-FINAL:] if last else run[:FINAL]
+        cells = [row.get(column) if row.get(column) is not None else missing for row in window]
+        if any(cell is None for cell in cells):
+            return "-"
+        values.append(statistics.fmean(cells))
+    return spread(values)
+
+
+def turn_rows(results: Path) -> list[dict[str, str]]:
+    """Per multi-turn task x variant with runs: assistant turns per rollout (verl's `num_turns` / 2: each
+    assistant turn but the last is followed by a tool reply, which verl counts as a user turn, plus 1) and each of
+    the task's flags (the share of rollouts carrying it), over the first and the last `FINAL` steps."""
+    rows = []
+    for task, spec in TASKS.items():
+        if not spec.multi_turn:
+            continue
+        for name in VARIANTS:
+            runs = load_runs(results, task, name)
+            if not runs:
+                continue
+            halved = [[{**row, "turns": row["num_turns"] / 2 if row.get("num_turns") is not None else None}
+                       for row in run] for run in runs]
+            row = {"task": task, "variant": name, "seeds": str(len(runs))}
+            for column, missing in (("turns", None), *((flag, 0.0) for flag in spec.flags)):
+                first, final = (turn_window(halved, column, last, missing) for last in (False, True))
+                row[column] = f"{first} -> {final}"
+            rows.append(row)
+    return rows
+
+
+def turn_table(rows: list[dict[str, str]]) -> str:
+    """The turn rows as a Markdown table (docs/results.md's turns block)."""
+    flags = [flag for spec in TASKS.values() for flag in spec.flags]
+    lines = ["| task | variant | seeds | assistant turns per rollout | "
+             + " | ".join(f"rollouts with `{flag}`" for flag in flags) + " |",
+             "|---|---|---|---|" + "---|" * len(flags)]
+    for row in rows:
+        cells = [row["turns"], *(row.get(flag, "") for flag in flags)]
+        lines.append(f"| {row['task']} | {row['variant']} | {row['seeds']} | " + " | ".join(cells) + " |")
+    note = (f"Each cell: the first {FINAL} steps -> the last {FINAL} (mean ± std over seeds). Assistant turns: "
+            "verl's `training/num_turns/mean` / 2 ('-': runs made before the column was recorded). A flag's share: "
+            "`reward/flag/<flag>/mean`, 0 in a step where no rollout carried it.")
+    return "\n".join(lines) + "\n\n" + note + "\n"
+
+
 def replace_block(text: str, table: str, begin: str = BEGIN, end: str = END) -> str:
     """`text` with what lies between the markers `begin` and `end` replaced by `table`."""
     start, stop = text.index(begin) + len(begin), text.index(end)
@@ -349,7 +435,7 @@ def plot(results: Path) -> list[Path]:
 
     out = []
     (results / "figures").mkdir(parents=True, exist_ok=True)
-    panels = {"main": MAIN, "open": ["bot", *OPEN_QUESTIONS]}
+    panels = {"main": MAIN, "open": ["bot", *OPEN_QUESTIONS], "returns": ["grpo", *RETURNS]}
     colours = plt.get_cmap("tab10").colors
     for task in [t for t in TASKS if (results / "runs" / t).is_dir()]:
         for metric, label in (("score", "mean G"), ("acc", "solved rate")):
@@ -390,7 +476,8 @@ def report(results: Path, page: Path | None = PAGE, readme: Path | None = README
         print(f"figure: {path}")
     table = summary_table(rows)
     if page is not None:
-        page.write_text(replace_block(page.read_text(), table))
+        text = replace_block(page.read_text(), table)
+        page.write_text(replace_block(text, turn_table(turn_rows(results)), TURN_BEGIN, TURN_END))
     if readme is not None:
         readme.write_text(replace_block(readme.read_text(), headline_table(rows), HEADLINE_BEGIN, HEADLINE_END))
     print(table)
@@ -415,7 +502,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train what is missing, then report")
     run.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    run.add_argument("--variants", nargs="+", default=MAIN + OPEN_QUESTIONS, choices=list(VARIANTS))
+    run.add_argument("--variants", nargs="+", default=MAIN + OPEN_QUESTIONS + RETURNS, choices=list(VARIANTS))
     run.add_argument("--seeds", type=int, nargs="+", help="default: each task's own (Task.seeds)")
     run.add_argument("--steps", type=int, default=40)
     run.add_argument("--work", default=str(ROOT / "outputs" / "compare"), help="the runs' own directories")

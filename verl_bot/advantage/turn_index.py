@@ -41,7 +41,7 @@ class TurnIndexSettings(MethodSettings, prefix="turn_index_biased_", label="per-
     """The per-turn-index reference's knobs (`+algorithm.turn_index_biased_<name>`; module docstring)."""
 
     discount: float = knob(1.0, bounds="[0, 1]", source="ours", doc="gamma of the sum over the following turns")
-    epsilon: float = knob(1e-6, bounds="[0, inf)", source="code", doc="added to each std, as verl's grpo")
+    epsilon: float = knob(1e-6, bounds="[0, inf)", source="ours", doc="added to each std, as verl's grpo")
 
 
 def standardise(values: torch.Tensor, member: torch.Tensor, group: torch.Tensor, num_groups: int, epsilon: float,
