@@ -1,5 +1,5 @@
 """The `toy_turns` task: its scorer per turn by hand for every behaviour, hostile responses and layouts (a verdict,
-never a crash), the warm start's chats and the parquet rows."""
+never a crash), the warm start's chats, the parquet rows and the CPU recipe's composed config."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from tests.conftest import compose_verl_config
 from verl_bot.cpu.toy_math import Problem
 from verl_bot.cpu.toy_turns import chat, rows
 from verl_bot.credit.verdict import validate_verdict
@@ -127,3 +128,11 @@ def test_rows_are_verl_rows_with_one_to_four_operations():
     assert ops == {1, 2, 3, 4}
     assert all(r["prompt"][0]["content"] == f"Compute {r['extra_info']['expression']}." for r in out)
 
+def test_cpu_train_composes_toy_turns_with_up_to_four_turns():
+    from tests.component.test_recipes import cpu_train_args
+
+    cfg = compose_verl_config(cpu_train_args("bot", "toy_turns"))
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.agent.default_agent_loop, rollout.multi_turn.max_assistant_turns) == ("tool_agent", 4)
+    assert cfg.data.max_response_length == 128 and cfg.data.train_files.endswith("toy_turns_data/train.parquet")
+    assert cfg.actor_rollout_ref.model.path.endswith("tiny_model_toy_turns_h2_s0")
