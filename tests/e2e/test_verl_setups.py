@@ -82,9 +82,9 @@ def test_dapo_filter_drops_groups_without_signal(workdir, scorer):  # noqa: F811
     assert 1 not in kinds  # G = 0.5 and no span: never trained
     assert 2 in kinds  # G = 0.5 with a span on some rollouts: trained on S alone
     steps = logged_metrics(run)
-    assert sum(m.get("verl_bot/filter_groups/dropped", 0) for m in steps) >= 1
+    assert sum(m.get("verl_bot/dapo_dropped", 0) for m in steps) >= 1
     # a flat group's summed rewards are L * 0.5: verl's `reward` metric would have kept those of unequal lengths
-    assert all("verl_bot/filter_groups/dropped_where_metric_differs" in m for m in steps)
+    assert all("verl_bot/dapo_dropped_where_metric_differs" in m for m in steps)
 
 
 def test_return_estimators_see_local_signal(workdir):  # noqa: F811

@@ -98,35 +98,3 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert "4-aime-rewards" in _anchors(ROOT / "docs" / "ALGORITHMS.md")
     assert [m.group(1) for m in MD_REF.finditer("see `docs/X.md#a` and prompts/*.md and {name}.md")] == ["docs/X.md"]
 
-
-TOP = ("verl_bot/", "verl_bot_contract/", "verl_bot_vllm/", "reward_servers/", "recipes/", "tests/", "benchmarks/",
-       "docs/", "scripts/", "results/")
-CODE_SPAN = re.compile(r"`([^`\n]+)`")
-
-
-def code_span_paths(text: str) -> list[str]:
-    """The repository paths in the Markdown `text`'s code spans: a word that starts with a top-level folder of the
-    repository and names a file (an extension) or a folder (a trailing `/`), a `path:line` or `path::test` cut to
-    the path; words with placeholders (`<...>`, `*`, `{...}`) and metric names (`verl_bot/r_t`) left out."""
-    found = []
-    for span in CODE_SPAN.findall(text):
-        for word in span.split():
-            path = re.split(r"::|:\d|#", word.rstrip(".,;)"))[0]
-            names_one = path.endswith("/") or "." in path.rsplit("/", 1)[-1]
-            if path.startswith(TOP) and names_one and not any(c in path for c in "<*{$"):
-                found.append(path)
-    return found
-
-
-def test_every_repository_path_in_a_code_span_exists():
-    missing = [f"{page.relative_to(ROOT)}: {path}" for page in _tracked() if page.suffix == ".md"
-               for path in code_span_paths(_text(page)) if not (ROOT / path).exists()]
-    assert not missing, "\n".join(missing)
-
-
-def test_the_code_span_check_reads_paths_as_written():
-    text = ("see `verl_bot/training/batch.py`, `tests/unit/test_x.py::test_y`, `verl_bot/a.py:12`, "
-            "`.venv/bin/python benchmarks/compare.py report`, `results/runs/<task>/`, `python -m verl_bot.eval`, "
-            "`verl_bot/r_t` (a metric), `docs/`")
-    assert code_span_paths(text) == ["verl_bot/training/batch.py", "tests/unit/test_x.py", "verl_bot/a.py",
-                                     "benchmarks/compare.py", "docs/"]

@@ -146,7 +146,7 @@ def advantages_without_failures(compute: Callable[[Any], Any], data: Any, adv_es
     out.non_tensor_batch["uid"] = uids
     zero_rows = torch.as_tensor(np.flatnonzero(zero), device=rows.device)
     names = ["advantages"] if estimator == "gae" else ["advantages", "returns"]
-    for name in names:
-        out.batch[name] = out.batch[name].index_fill(0, zero_rows, 0.0)
+    for name in names:  # zeroed where it is (the estimator's own output), then assigned: kept by a copying batch too
+        out.batch[name] = out.batch[name].index_fill_(0, zero_rows, 0.0)
     ctx.metrics["verl_bot/zero_advantage_rows"] = float(zero.sum())
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import numpy as np
 import torch
 
 from verl_bot.credit.dense import dense_row, split_reward_score
@@ -27,8 +28,8 @@ SCALAR_ROWS = "the bot manager's token rewards would reach the estimator as one 
 
 def row_checksum(rewards: torch.Tensor) -> str:
     """The checksum of one row's token rewards (n,): 16 hex digits of the blake2b of their float32 bytes."""
-    data = rewards.detach().to("cpu", torch.float32).contiguous().numpy().tobytes()
-    return hashlib.blake2b(data, digest_size=8).hexdigest()
+    array = rewards.detach().numpy() if rewards.device.type == "cpu" else rewards.detach().cpu().numpy()
+    return hashlib.blake2b(np.ascontiguousarray(array, dtype=np.float32).tobytes(), digest_size=8).hexdigest()
 
 
 def went_past_dense_rows(dense_rewards: bool, rows: list[dict]) -> bool:

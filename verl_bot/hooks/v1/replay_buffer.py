@@ -28,8 +28,9 @@ With DAPO's dynamic sampling (`algorithm.filter_groups.enable=true`) and the `bo
 manager laid them out, its failed rollouts left out): verl's metric `reward` sums the token rewards (about
 L * w_g * G + w_s * sum S with dense rewards: a group with one G and no S would be kept whenever its lengths
 differ), and `acc` would drop a group whose S still separates its rollouts. Each classification is made once per
-group, as verl's own cache does; `sample` reports `verl_bot/filter_groups/dropped` (groups dropped),
-`.../dropped_where_metric_differs` and `.../kept_where_metric_equal` (where verl's metric would have said otherwise).
+group, as verl's own cache does; `sample` reports `verl_bot/dapo_dropped` (groups dropped),
+`verl_bot/dapo_dropped_where_metric_differs` and `verl_bot/dapo_kept_where_metric_equal` (where verl's metric
+would have said otherwise).
 
 With `actor_rollout_ref.rollout.full_determinism=true` the armed buffer also
 gives each batch its rows in one order: its prompts in the order the trainer put
@@ -219,7 +220,7 @@ def filter_by_signal(buffer: Any, layout: str) -> None:
     def sample(*args, **kwargs):
         batch, metrics = original_sample(*args, **kwargs)
         counts = buffer.__dict__.pop(COUNTS_ATTR, Counter())
-        metrics.update({f"verl_bot/filter_groups/{name}": float(counts[name])
+        metrics.update({f"verl_bot/dapo_{name}": float(counts[name])
                         for name in ("dropped", "dropped_where_metric_differs", "kept_where_metric_equal")})
         return batch, metrics
 
@@ -271,7 +272,7 @@ def _make_build_replay_buffer(original):
         buffer = original(self, *args, **kwargs)
         if not in_use(self.config):
             return buffer
-        layout = manager_settings(self.config)["layout"] if bot_manager_in_use(self.config) else None
+        layout = manager_settings(self.config).layout if bot_manager_in_use(self.config) else None
         ordered = bool(self.config.actor_rollout_ref.rollout.get("full_determinism", False))
         return arm(buffer, ordered=ordered, layout=layout)
 
