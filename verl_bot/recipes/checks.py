@@ -41,7 +41,7 @@ def check_model(run: Run) -> None:
 
 
 def check_data(run: Run) -> None:
-    hint = run.recipe.task.data_hint(run.py, str(ROOT), run.data_dir)
+    hint = run.recipe.task.data_hint.format(py=run.py, root=ROOT, data_dir=run.data_dir)
     for what, spec in (("TRAIN_FILES", run.train_files), ("VAL_FILES", run.val_files)):
         paths = files(spec)
         for path in paths:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_bot.cpu import overrides as cpu_overrides
@@ -40,7 +40,7 @@ class CpuTask:
     w_local: str
     has_answer: bool
     overrides: tuple[str, ...] = ()
-    choices: Mapping[str, Choice] | None = None
+    choices: Mapping[str, Choice] = field(default_factory=dict)
 
 
 def tool_overrides(turns: int) -> tuple[str, ...]:
@@ -98,7 +98,7 @@ def cpu_run(env: Env, ray_tmp: str) -> CpuRun:
     heads = env.get("HEADS", 2)  # 2: head size 32, the smallest vLLM's CPU attention serves
     length = env.int("RESPONSE_LENGTH", task.response_length)
     algo_part = algo_overrides(algo, env, task=name, has_answer=task.has_answer, answer_tasks="TASK=toy_math",
-                               max_response_length=length, choices={**SHORT_RESPONSES, **(task.choices or {})})
+                               max_response_length=length, choices={**SHORT_RESPONSES, **task.choices})
     run_name = f"{task.prefix}{algo}_s{seed}"
     out_dir = env.get("OUT_DIR", ROOT / "outputs" / "cpu_train" / run_name)
     model_dir = env.get("MODEL_DIR", ROOT / "outputs" / f"tiny_model_{task.model}h{heads}_s{seed}")

@@ -51,7 +51,7 @@ def prepare_models(run: Run, env: Mapping[str, str]) -> None:
     if run.model_path == run.cpu_model_default and not Path(run.model_path, TINY_MARK).is_file():
         # AIME: toy_math in the recipe's wording, ~170-token prompts: 500 x 16 (~2 min on 2 cores) writes the <final>
         # format in 62 of 64 answers; Phi thinks first: 800 x 16 (~3 min) closes the think block in 57 of 64
-        steps = "800" if run.recipe.family.recipe_tag == "phi" else "500"
+        steps = "800" if run.recipe.family.thinks else "500"
         warm = (["--warm-start", "react"] if run.recipe.task.name == "react"
                 else ["--warm-start", "toy_math", "--warm-steps", steps, "--warm-batch", "16"])
         argv = [run.py, "-m", "verl_bot.cpu.tiny_model", run.model_path, "--seed", run.cpu_seed, "--family",

@@ -134,8 +134,7 @@ class Run:
 
     @property
     def cpu_model_default(self) -> str:
-        """The CPU platform's tiny model of the recipe's family (built when missing)."""
-        return f"{ROOT}/outputs/tiny_model_{self.recipe.task.name}_{self.recipe.family.recipe_tag}_s{self.cpu_seed}"
+        return tiny_model(self.recipe, self.cpu_seed)
 
     @property
     def choices(self) -> dict[str, Choice]:
@@ -145,6 +144,11 @@ class Run:
     def with_judge_url(self, index: int, url: str) -> Run:
         judges = tuple(replace(j, url=url) if i == index else j for i, j in enumerate(self.judges))
         return replace(self, judges=judges)
+
+
+def tiny_model(recipe: Recipe, seed: str) -> str:
+    """The CPU platform's tiny model of the recipe's family and task (built when missing)."""
+    return f"{ROOT}/outputs/tiny_model_{recipe.task.name}_{recipe.family.recipe_tag}_s{seed}"
 
 
 def _nvidia_smi_lists_a_gpu(env: Env) -> bool:
@@ -202,8 +206,6 @@ def run_of(recipe: Recipe, env: Env, platform: str) -> Run:
     seed, cpu_seed, home = env.get("SEED", 0), env.get("CPU_SEED", 0), Path(env.get("HOME", Path.home()))
     data_dir = env.get("DATA_DIR", ROOT / "outputs" / "data" / f"{task.name}_cpu" if cpu
                        else home / "data" / "verl_bot" / task.name)
-    # the CPU platform: the recipe's own family's tiny model, sizes for it (the recipes' 5e-7 is for 3B models)
-    tiny = f"{ROOT}/outputs/tiny_model_{task.name}_{recipe.family.recipe_tag}_s{cpu_seed}"
     batch = env.int("TRAIN_BATCH_SIZE", task.train_batch_size)
     total_steps = env.int("TOTAL_STEPS", task.total_steps)
     reward_url = env.get("REWARD_URL")
@@ -229,7 +231,9 @@ def run_of(recipe: Recipe, env: Env, platform: str) -> Run:
     return Run(
         recipe=recipe, algo=algo, platform=platform, smoke=smoke, dry_run=env.get("DRY_RUN", 0),
         py=env.get("PY", ROOT / ".venv" / "bin" / "python"),
-        model_path=env.get("MODEL_PATH", tiny if cpu else recipe.family.base_model), data_dir=data_dir,
+        # the CPU platform: the recipe's own family's tiny model, sizes for it (the recipes' 5e-7 is for 3B models)
+        model_path=env.get("MODEL_PATH", tiny_model(recipe, cpu_seed) if cpu else recipe.family.base_model),
+        data_dir=data_dir,
         train_files=env.get("TRAIN_FILES", f"{data_dir}/train.parquet"),
         val_files=env.get("VAL_FILES", f"{data_dir}/test.parquet"),
         nnodes=env.int("NNODES", 1), ngpus_per_node="1" if cpu else env.get("NGPUS_PER_NODE"),

@@ -58,22 +58,16 @@ class Task:
     total_steps: int
     w_local: str
     val_n: int
-    data_made_on_gpu: bool
+    data_hint: str  # how to make the data ({py}, {root}, {data_dir} filled in)
+    judge_for: tuple[str, ...] | None = None  # the ALGOs whose reward needs the judge (None: every one)
     choices: Mapping[str, Choice] = field(default_factory=dict)
 
     def requires_judge(self, algo: str, prm: bool) -> bool:
-        """Whether the reward needs the task's judge: React's always (compiler + ESLint alone gets hacked); AIME's
-        step judge gives the local signal, which only the token-level ALGOs read, unless a PRM gives it."""
-        if self.name == "react":
+        """Whether the reward needs the task's judge (`REQUIRE_JUDGE`'s default); a PRM gives S instead of a step
+        judge."""
+        if self.judge_for is None:
             return True
-        return not prm and algo in ("bot", "pure", "pass")
-
-    def data_hint(self, py: str, root: str, data_dir: str) -> str:
-        if self.name == "react":
-            return (f"Make them: {py} {root}/recipes/data/react.py --out-dir DIR (then TRAIN_FILES/VAL_FILES or "
-                    "DATA_DIR=DIR)")
-        return (f"Make them (AIME 1983-2024 from the Hugging Face hub): {py} {root}/recipes/data/aime.py "
-                f"--out-dir {data_dir}")
+        return not prm and algo in self.judge_for
 
 
 LLM_JUDGE = JudgeSpec("LLM_JUDGE_BASE_URL", "LLM_JUDGE_MODEL", "LLM judge", "JUDGE_MODEL_PATH", "JUDGE_GPUS",
@@ -91,13 +85,20 @@ TASKS: dict[str, Task] = {
         name="react", reward_port=8801, server_module="reward_servers.react", judges=(LLM_JUDGE, VLM_JUDGE),
         judge_what="LLM code judge", judge_up=_react_judge_up, has_answer=False,
         train_batch_size=16,  # ours: the paper states none for React
-        total_steps=150, w_local="0.5", val_n=1, data_made_on_gpu=True,  # w_s: ours (open in the paper); greedy val
+        total_steps=150, w_local="0.5", val_n=1,  # w_s: ours (open in the paper); greedy validation
+        data_hint="Make them: {py} {root}/recipes/data/react.py --out-dir DIR (then TRAIN_FILES/VAL_FILES or "
+                  "DATA_DIR=DIR)",
+        # the compiler and ESLint alone get hacked: every ALGO needs the LLM code judge (REQUIRE_JUDGE=0: the
+        # compiler + ESLint ablation of Fig. 4)
     ),
     "aime": Task(
         name="aime", reward_port=8802, server_module="reward_servers.math", judges=(STEP_JUDGE,),
         judge_what="step judge", judge_up=_aime_judge_up, has_answer=True,
         train_batch_size=8,  # the paper: 8 prompts x 8 rollouts
-        total_steps=200, w_local="1.0", val_n=4, data_made_on_gpu=False,  # w_s = 1: Eq. 8; Pass@1/2/4
+        total_steps=200, w_local="1.0", val_n=4,  # w_s = 1: Eq. 8; Pass@1/2/4
+        data_hint="Make them (AIME 1983-2024 from the Hugging Face hub): {py} {root}/recipes/data/aime.py "
+                  "--out-dir {data_dir}",
+        judge_for=("bot", "pure", "pass"),  # the step judge gives the local signal, which only these read
         choices=STEP_SCALE_10,
     ),
 }
