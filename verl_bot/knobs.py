@@ -1,4 +1,4 @@
-"""How a method declares its knobs: one frozen dataclass per method, one `knob(...)` per field, one reader.
+"""How a knob is declared: one frozen dataclass per owner, one `knob(...)` per field, one reader.
 
 An estimator (`verl_bot.advantage`) or a policy loss (`verl_bot.losses`) keeps its knobs in verl's `algorithm`
 config as `+algorithm.<prefix><name>=...` (verl's own configs refuse keys they do not know). It declares them
@@ -10,14 +10,19 @@ once, beside its code:
 
 and reads them with `PureSettings.from_config(algorithm)`, which refuses, in one line naming the key, the value
 and what the knob takes, a value of the wrong kind or out of bounds and a key of the method's prefix that it does
-not declare. The field's annotation is the knob's kind (`bool`, `int`, `float` or `str`; `float | None` for a
-default computed where the knob is read, passed to `from_config`); `bounds` is an interval of numbers (finite
-ones: `[0, inf)` is a finite number >= 0), `choices` the texts a `str` knob takes (`other`: what else it takes,
-and the test); `source` is where the default comes from, as docs/ALGORITHMS.md tags it: the method's `paper`,
-its authors' `code`, or `ours`. A value that several knobs decide together is checked in the class's
-`__post_init__`, after the base class's. The method's row in `ESTIMATORS` / `LOSSES` carries the class and the
-method's own start-up check (a `StartupCheck`), so the start-up checks (`verl_bot.launch.preflight`) ask every
-method in use without naming any, and docs/knobs.md's test reads every knob from here.
+not declare. Knobs kept under another config node declare it (`node=`: the `bot` manager's
+`reward.reward_kwargs.bot`, the PRM's `reward.reward_kwargs.bot.prm`) and are read from that node
+(`config_node`); `nested` names the node's keys that are mappings, not knobs (the manager's `scorers`): one that
+is a field of the class is taken as it is. The field's annotation is the knob's kind (`bool`, `int`, `float`,
+`str`, `tuple[str, ...]` for a list of texts, or a union of them: `bool | str`; `X | None` for a knob whose
+default is computed where it is read, passed to `from_config`, or resolved by the class); `bounds` is an interval
+of numbers (finite ones: `[0, inf)` is a finite number >= 0), `choices` the texts a `str` knob takes (`other`: what
+else it takes, and the test); `source` is where the default comes from, as docs/ALGORITHMS.md tags it: the
+method's `paper`, its authors' `code`, or `ours`. A value that several knobs decide together, or one the class
+resolves (a default from another knob), is checked and set in the class's `__post_init__`, after the base
+class's. The method's row in `ESTIMATORS` / `LOSSES` carries the class and the method's own start-up check (a
+`StartupCheck`), so the start-up checks (`verl_bot.launch.preflight`) ask every method in use without naming any,
+and docs/knobs.md's test reads every knob from the declarations.
 """
 
 from __future__ import annotations
@@ -26,14 +31,14 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
 from verl_bot.errors import VerlBotConfigError
 
 SOURCES = ("paper", "code", "ours")
-KINDS = (bool, int, float, str)
+KINDS = (bool, int, float, str, tuple)
 T = TypeVar("T", bound="MethodSettings")
 # A method's start-up check: (verl's composed config, the run's local parquet train files) -> why the method cannot
 # run (one line, which `verl_bot.launch.preflight` raises), or None.
@@ -47,59 +52,87 @@ def enum_name(value: Any) -> str:
 _INTERVAL = re.compile(r"^([\[(])\s*(-inf|[-+0-9.e]+)\s*,\s*(inf|[-+0-9.e]+)\s*([\])])$")
 
 
+def config_node(config: Any, path: str) -> Mapping[str, Any]:
+    """The mapping at the dotted `path` of `config` (a DictConfig or a dict); {} where a part is missing or None."""
+    node = config
+    for part in path.split("."):
+        node = (node.get(part) if node else None) or {}
+    return node
+
+
 @dataclass(frozen=True)
 class Knob:
-    """One knob of a method: `+algorithm.<key>`, of kind `kind`, `default` unless set (None: computed where the
-    knob is read), the values it takes (`bounds` for numbers, `choices` and `other` for texts), where the default
-    comes from (`source`) and what it does (`doc`)."""
+    """One knob: `+<node>.<key>`, of kind `kind` (a tuple of kinds for a union), `default` unless set (None:
+    computed where the knob is read, or resolved by its class), the values it takes (`bounds` for numbers,
+    `choices` and `other` for texts), where the default comes from (`source`) and what it does (`doc`)."""
 
     key: str
-    kind: type
+    kind: type | tuple[type, ...]
     default: Any
     bounds: str | None = None
     choices: tuple[str, ...] = ()
     other: tuple[str, Callable[[str], bool]] | None = None
     source: str = "ours"
     doc: str = ""
+    node: str = "algorithm"
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
+        if not all(kind in KINDS for kind in self.kinds):
             raise TypeError(f"knob {self.key}: kind {self.kind!r} is not one of {KINDS}")
         if self.source not in SOURCES:
             raise ValueError(f"knob {self.key}: source {self.source!r} is not one of {SOURCES}")
         if self.bounds is not None:
             interval(self.bounds)  # a declaration error shows at import
 
+    @property
+    def kinds(self) -> tuple[type, ...]:
+        return self.kind if isinstance(self.kind, tuple) else (self.kind,)
+
+    @property
+    def path(self) -> str:
+        """Where the knob is in verl's config: `algorithm.bot_epsilon`, `reward.reward_kwargs.bot.w_local`."""
+        return f"{self.node}.{self.key}"
+
     def allowed(self) -> str:
         """What the knob takes, in words: `true or false`, `a finite number >= 0`, `an integer >= 1`,
-        `one of suffix, sequence, chunk`, ..."""
-        if self.kind is bool:
-            return "true or false"
-        if self.kind is str:
-            texts = ", ".join(self.choices)
-            if self.other is None:
-                return f"one of {texts}" if texts else "a text"
-            return f"{texts} or {self.other[0]}" if texts else self.other[0]
-        what = "an integer" if self.kind is int else "a finite number"
-        return f"{what}{interval_words(self.bounds)}"
+        `one of suffix, sequence, chunk`, `true, false, auto or returns`, ..."""
+        if self.kinds == (str,) and self.choices and self.other is None:
+            return f"one of {', '.join(self.choices)}"
+        words = [word for kind in self.kinds for word in self._words(kind)]
+        return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+    def _words(self, kind: type) -> list[str]:
+        if kind is bool:
+            return ["true", "false"]
+        if kind is tuple:
+            return ["a list of texts"]
+        if kind is str:
+            words = [*self.choices, *([self.other[0]] if self.other else [])]
+            return words or ["a text"]
+        return [f"{'an integer' if kind is int else 'a finite number'}{interval_words(self.bounds)}"]
+
+    def refused(self, raw: Any) -> VerlBotConfigError:
+        """The one-line refusal of `raw`: the key, the value and `allowed()`."""
+        return VerlBotConfigError(f"+{self.path}={raw!r}: must be {self.allowed()}")
 
     def parse(self, raw: Any) -> Any:
-        """The knob's value from `raw` (a number may come as its text); VerlBotConfigError naming the key, the
-        value and `allowed()` for a value of another kind or out of bounds. None stays None."""
+        """The knob's value from `raw` (a number may come as its text), of the first of its kinds that takes it;
+        VerlBotConfigError (`refused`) for a value of another kind or out of bounds. None stays None."""
         if raw is None:
             return None
-        value = _convert(self.kind, raw)
-        if value is None or not self._takes(value):
-            raise VerlBotConfigError(f"+algorithm.{self.key}={raw!r}: must be {self.allowed()}")
-        return value
+        for kind in self.kinds:
+            value = _convert(kind, raw)
+            if value is not None and self._takes(kind, value):
+                return value
+        raise self.refused(raw)
 
-    def _takes(self, value: Any) -> bool:
-        if self.kind is bool:
+    def _takes(self, kind: type, value: Any) -> bool:
+        if kind in (bool, tuple):
             return True
-        if self.kind is str:
+        if kind is str:
             if not self.choices and self.other is None:
                 return True  # any text
-            return value in self.choices or (self.other is not None and self.other[1](value))
+            return value in self.choices or (self.other is not None and bool(self.other[1](value)))
         if not math.isfinite(value):
             return False
         if self.bounds is None:
@@ -112,11 +145,15 @@ class Knob:
 
 def _convert(kind: type, raw: Any) -> Any:
     """`raw` as a value of `kind`, or None when it is not one: a bool only from a bool; a number from a number
-    or its text (an integer from an integral one), never from a bool; a text only from a text."""
+    or its text (an integer from an integral one), never from a bool; a text only from a text; a tuple of texts
+    from a list of texts."""
     if kind is bool or isinstance(raw, bool):
         return raw if kind is bool and isinstance(raw, bool) else None
     if kind is str:
         return raw if isinstance(raw, str) else None
+    if kind is tuple:
+        texts = isinstance(raw, Sequence) and not isinstance(raw, str) and all(isinstance(x, str) for x in raw)
+        return tuple(raw) if texts else None
     try:
         number = float(raw)
     except (TypeError, ValueError):
@@ -163,18 +200,31 @@ def knob(
     return field(default=default, metadata={"knob": spec})
 
 
+def _kinds(annotation: Any) -> type | tuple[type, ...]:
+    """The knob kind(s) of a field's annotation: `float` -> float, `bool | str` -> (bool, str), `tuple[str, ...]`
+    -> tuple; None in a union is left out (an unset knob)."""
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    kinds = tuple(typing.get_origin(arg) or arg for arg in args or (annotation,) if arg is not type(None))
+    return kinds[0] if len(kinds) == 1 else kinds
+
+
 @dataclass(frozen=True)
 class MethodSettings:
-    """Base of a method's settings: subclass it as a frozen dataclass with `prefix` (`"pass_"`) and `label`
-    (`"PASS"`, for messages) and one `knob(...)` field per knob. Constructing one checks every value
-    (`Knob.parse`), so a settings object in hand is valid."""
+    """Base of a settings class: subclass it as a frozen dataclass with `prefix` (`"pass_"`), `label` (`"PASS"`,
+    for messages), the config `node` it is read from (`"algorithm"` unless given), the node's `nested` keys that
+    are no knobs, and one `knob(...)` field per knob. Constructing one checks every value (`Knob.parse`), so a
+    settings object in hand is valid."""
 
     prefix: ClassVar[str] = ""
     label: ClassVar[str] = ""
+    node: ClassVar[str] = "algorithm"
+    nested: ClassVar[tuple[str, ...]] = ()
 
-    def __init_subclass__(cls, prefix: str = "", label: str = "", **kwargs: Any) -> None:
+    def __init_subclass__(cls, prefix: str = "", label: str = "", node: str = "", nested: tuple[str, ...] = (),
+                          **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.prefix, cls.label = prefix or cls.prefix, label or cls.label
+        cls.node, cls.nested = node or cls.node, nested or cls.nested
 
     def __post_init__(self) -> None:
         for spec in self.knobs():
@@ -189,31 +239,38 @@ class MethodSettings:
         for f in fields(cls):
             if "knob" not in f.metadata:
                 continue
-            kind = hints[f.name]
-            if typing.get_origin(kind) in (typing.Union, types.UnionType):  # `float | None`: computed default
-                (kind,) = [arg for arg in typing.get_args(kind) if arg is not type(None)]
             default = None if f.default is MISSING else f.default
-            found.append(Knob(f"{cls.prefix}{f.name}", kind, default, **f.metadata["knob"]))
+            found.append(Knob(f"{cls.prefix}{f.name}", _kinds(hints[f.name]), default, **f.metadata["knob"],
+                              node=cls.node))
         return tuple(found)
 
     @classmethod
-    def from_config(cls: type[T], algorithm: Mapping[str, Any] | None, **computed: Any) -> T:
-        """The settings from verl's `algorithm` config (a DictConfig, a dict, or None: the defaults).
+    def knob_named(cls, name: str) -> Knob:
+        """The declaration of the knob `name` (without the prefix)."""
+        return next(spec for spec in cls.knobs() if spec.key == cls.prefix + name)
 
-        Each `<prefix><name>` key sets the knob `name`; `computed` gives the default of a knob the config leaves
-        unset where the method computes it (e.g. from verl's own keys). Raises VerlBotConfigError in one line for
-        a key of the prefix that names no knob, or a value the knob does not take.
+    @classmethod
+    def from_config(cls: type[T], node: Mapping[str, Any] | None, **computed: Any) -> T:
+        """The settings from their config node (verl's `algorithm` config, or the mapping at `cls.node`: a
+        DictConfig, a dict, or None: the defaults).
+
+        Each `<prefix><name>` key sets the knob `name`; a `nested` key that names a field of the class sets it as
+        it is; `computed` gives the default of a knob the config leaves unset where it is computed (e.g. from
+        verl's own keys), or a field that is no knob. Raises VerlBotConfigError in one line for a key of the prefix
+        that names no knob, or a value the knob does not take.
         """
-        algorithm = algorithm if algorithm is not None else {}
+        node = node if node is not None else {}
         keys = {spec.key: spec.key[len(cls.prefix) :] for spec in cls.knobs()}
-        given = {str(k): algorithm[k] for k in algorithm.keys() if str(k).startswith(cls.prefix)}
-        unknown = sorted(set(given) - set(keys))
+        given = {str(k): node[k] for k in node.keys() if str(k).startswith(cls.prefix)}
+        unknown = sorted(set(given) - set(keys) - set(cls.nested))
         if unknown:
             raise VerlBotConfigError(
-                f"unknown {', '.join('+algorithm.' + k for k in unknown)}: the {cls.label} knobs are "
-                f"{', '.join(keys)}"
+                f"unknown {', '.join(f'+{cls.node}.{k}' for k in unknown)}: the {cls.label} knobs are "
+                f"{', '.join([*keys, *cls.nested])}"
             )
+        names = {f.name for f in fields(cls)}
         values = {name: given[key] for key, name in keys.items() if key in given}
+        values |= {key: given[key] for key in cls.nested if key in given and key in names}
         return cls(**{**computed, **values})
 
     def as_dict(self) -> dict[str, Any]:

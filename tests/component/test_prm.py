@@ -100,6 +100,9 @@ def prm_tokenizer(prm_tokenizer_dir):
     return AutoTokenizer.from_pretrained(prm_tokenizer_dir)
 
 
+PRM = "+reward.reward_kwargs.bot.prm."
+
+
 def prm_knobs(url, tokenizer_dir, estimator="bot", **knobs):
     base = {"url": url, "model": "prm", "tokenizer": str(tokenizer_dir), **knobs}
     return [f"algorithm.adv_estimator={estimator}", "+reward.reward_kwargs.bot.retries=0",
@@ -181,13 +184,13 @@ def test_fitting_input_keeps_the_longest_prefix_of_steps_that_fits():
 @pytest.mark.parametrize(
     "knob, message",
     [
-        ("transform=sigmoid", "prm.transform must be one of ['centred', 'raw', 'log'], got 'sigmoid'"),
-        ("url=localhost:8000", "prm.url must be 'router' or an http(s):// URL of a vLLM pooling server"),
+        ("transform=sigmoid", f"{PRM}transform='sigmoid': must be one of centred, raw, log"),
+        ("url=localhost:8000", f"{PRM}url='localhost:8000': must be router or an http(s):// URL of a vLLM pool"),
         ("url=router", "prm.url=router needs reward.reward_model.enable=true, or an http:// URL"),
-        ("combine=mean", "prm.combine must be one of ['replace', 'add'], got 'mean'"),
-        ("positive_index=2", "prm.positive_index must be one of [0, 1], got 2"),
-        ("max_length=0", "prm.max_length must be a positive number of tokens, got 0"),
-        ("stepp_tag=x", "unknown reward.reward_kwargs.bot.prm keys ['stepp_tag']"),
+        ("combine=mean", f"{PRM}combine='mean': must be one of replace, add"),
+        ("positive_index=2", f"{PRM}positive_index=2: must be an integer in [0, 1]"),
+        ("max_length=0", f"{PRM}max_length=0: must be an integer >= 1"),
+        ("stepp_tag=x", f"unknown {PRM}stepp_tag: the PRM knobs are url, model, tokenizer, step_separator, step_tag, "),
         ("step_tag=zzzq", "prm.step_tag 'zzzq' is not one token of "),
         ("scale=1.0 actor_rollout_ref.rollout.multi_turn.enable=true",
          "with actor_rollout_ref.rollout.multi_turn.enable=true: the response holds tool replies"),
@@ -352,9 +355,8 @@ def test_the_aime_recipes_pass_a_prm_and_refuse_it_where_s_goes_nowhere(recipe_d
     args, err = dry_run_args("aime_qwen", recipe_data, ALGO="pure", PRM_URL="http://127.0.0.1:9", PRM_MODEL="prm",
                              PRM_TOKENIZER=str(prm_tokenizer_dir), PRM_SCALE="0.5")
     settings = prm.prm_settings(compose_verl_config(args))
-    assert (settings["url"], settings["model"], settings["tokenizer"]) == ("http://127.0.0.1:9", "prm",
-                                                                         str(prm_tokenizer_dir))
-    assert (settings["step_tag"], settings["transform"], settings["scale"], settings["combine"]) == (
+    assert (settings.url, settings.model, settings.tokenizer) == ("http://127.0.0.1:9", "prm", str(prm_tokenizer_dir))
+    assert (settings.step_tag, settings.transform, settings.scale, settings.combine) == (
         TAG, "centred", 0.5, "replace")
 
     args, err = dry_run_args("aime_smollm", recipe_data, PRM_MODEL_PATH="Qwen/Qwen2.5-Math-PRM-7B")

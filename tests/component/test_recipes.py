@@ -292,9 +292,9 @@ def test_every_algo_composes_and_validates(name, data, node, slow):
         assert cfg.data.val_files == str(data_dir / "test.parquet")
         assert cfg.reward.reward_manager.name == "bot"
         bot = manager_settings(cfg)  # the manager's own parsing: unknown keys raise
-        assert bot["token_level"] is token_level, (name, algo)
-        assert bot["scorers"] == {task: f"http://127.0.0.1:{8801 if task == 'react' else 8802}"}
-        assert bot["w_local"] == (0.5 if task == "react" else 1.0)
+        assert bot.per_token is token_level, (name, algo)
+        assert bot.scorers == {task: f"http://127.0.0.1:{8801 if task == 'react' else 8802}"}
+        assert bot.w_local == (0.5 if task == "react" else 1.0)
         assert cfg.algorithm.filter_groups.enable is (algo == "dapo")
         if algo == "dapo":
             assert cfg.algorithm.filter_groups.metric == "acc"  # the outcome, as DAPO filters (not G)
@@ -366,7 +366,7 @@ def test_grail_composes_for_aime_and_is_refused_for_react(name, data, node):
     assert cfg.algorithm.adv_estimator == "grail"
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
-    assert manager_settings(cfg)["token_level"] is False
+    assert manager_settings(cfg).per_token is False
     assert cfg.trainer.experiment_name == f"{name}_grail_s0"
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     check_config(cfg)  # verl-bot's start-up checks (GRAIL: fsdp2, no Ulysses, no fused kernels, scalar rewards)

@@ -28,7 +28,7 @@ def test_the_returns_layout_is_the_auto_layout_of_verls_return_estimators():
     for estimator, layout in (("gae", "returns"), ("reinforce_plus_plus", "returns"), ("grpo", "scalar"),
                               ("bot", "dense")):
         config = compose_verl_config([f"algorithm.adv_estimator={estimator}", "reward.reward_manager.name=bot"])
-        assert manager_settings(config)["layout"] == layout, estimator
+        assert manager_settings(config).layout == layout, estimator
 
 
 def test_reinforce_plus_plus_returns_carry_the_local_signal():

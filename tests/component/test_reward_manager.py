@@ -282,7 +282,7 @@ def test_unknown_data_source_carries_the_fatal_marker_and_unknown_knob_is_a_clea
     (out,) = asyncio.run(worker.compute_score_batch(data))
     assert out["reward_score"] == [0.0] * len(rows[0])
     assert "no scorer for data_source='nobody'" in out["reward_extra_info"][FATAL_KEY]
-    with pytest.raises(VerlBotConfigError, match="unknown reward.reward_kwargs.bot keys"):
+    with pytest.raises(VerlBotConfigError, match=r"^unknown \+reward.reward_kwargs.bot.w_lcoal: the bot manager"):
         worker_for(tiny_model_dir, "+reward.reward_kwargs.bot.w_lcoal=1")
 
 

@@ -50,18 +50,18 @@ def test_a_valid_bot_run_passes_and_plain_verl_is_not_checked(tmp_path):
     [
         (("algorithm.adv_estimator=bot", "reward.reward_manager.name=naive"),
          "reward.reward_manager.name=naive gives one scalar per response"),
-        ((*BOT, "+reward.reward_kwargs.bot.token_level=false"), "token_level=false gives one scalar"),
+        ((*BOT, "+reward.reward_kwargs.bot.token_level=false"), "token_level=false gives G on the last token only"),
         (("algorithm.adv_estimator=pure", "reward.reward_manager.name=naive"), "adv_estimator=pure needs a reward"),
         ((*BOT, "algorithm.use_kl_in_reward=true"), "use the actor's KL loss"),
         (("algorithm.adv_estimator=pure", "reward.reward_manager.name=bot", "algorithm.use_kl_in_reward=true"),
          "use_kl_in_reward=true with adv_estimator=pure"),
         ((*BOT, "reward.reward_model.enable=true"), "would bypass the bot manager"),
-        ((*BOT, "+reward.reward_kwargs.bot.w_lcoal=1"), "unknown reward.reward_kwargs.bot keys"),
+        ((*BOT, "+reward.reward_kwargs.bot.w_lcoal=1"), r"^unknown \+reward.reward_kwargs.bot.w_lcoal: the bot"),
         ((*BOT, "+algorithm.bot_std_floor=-1"), r"^\+algorithm.bot_std_floor=-1: must be a finite number >= 0$"),
         ((*BOT, "+reward.reward_kwargs.bot.scorers.toy_lint=builtin:nope"), "unknown builtin scorer 'nope'"),
         ((*BOT, "+reward.reward_kwargs.bot.scorers.toy_lint=python:no_such_module_x:f"), "no_such_module_x"),
-        ((*BOT, "+algorithm.token_panel_rollouts=0"), r"algorithm.token_panel_rollouts must be >= 1, got 0"),
-        ((*BOT, "+algorithm.token_panel_every=ten"), r"algorithm.token_panel_every must be a whole number"),
+        ((*BOT, "+algorithm.token_panel_rollouts=0"), r"^\+algorithm.token_panel_rollouts=0: must be an integer >= 1$"),
+        ((*BOT, "+algorithm.token_panel_every=ten"), r"^\+algorithm.token_panel_every='ten': must be an integer >= 0$"),
     ],
 )
 def test_what_cannot_work_is_refused_with_one_line(tmp_path, overrides, message):
@@ -316,16 +316,17 @@ def test_the_bot_manager_gives_a_scalar_estimator_one_reward_per_response_unless
     """Unset (`auto`), `token_level` is true only for the estimators that read dense token rewards; set to true for
     another one, it would sum G over the tokens (a reward that grows with the length): refused in one line."""
     cfg = config(tmp_path, f"algorithm.adv_estimator={estimator}", "reward.reward_manager.name=bot")
-    assert manager_settings(cfg)["token_level"] is False
+    assert manager_settings(cfg).layout == ("returns" if estimator == "gae" else "scalar")  # gae: returns from t
     for dense in ("bot", "pure", "pass"):
         cfg.algorithm.adv_estimator = dense
-        assert manager_settings(cfg)["token_level"] is True
+        assert manager_settings(cfg).per_token is True
     cfg = config(tmp_path, f"algorithm.adv_estimator={estimator}", "reward.reward_manager.name=bot",
                  "+reward.reward_kwargs.bot.token_level=true")
     with pytest.raises(VerlBotConfigError, match=f"token_level=true with adv_estimator={estimator}: the bot manager"):
         check_config(cfg)
     bad = config(tmp_path, *BOT, "+reward.reward_kwargs.bot.token_level=sometimes")
-    with pytest.raises(VerlBotConfigError, match="token_level must be true, false or auto, got 'sometimes'"):
+    with pytest.raises(VerlBotConfigError, match=r"^\+reward.reward_kwargs.bot.token_level='sometimes': must be true, "
+                       "false, auto or returns$"):
         check_config(bad)
 
 

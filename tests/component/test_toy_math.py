@@ -350,7 +350,7 @@ def test_noise_knob_through_hydra_and_the_manager_settings():
             "+reward.reward_kwargs.bot.scorers.toy_math='builtin:toy_math?flip=0.25&jitter=0.5&seed=4'",
         ]
     )
-    scorers = build_scorers(manager_settings(config)["scorers"])
+    scorers = build_scorers(manager_settings(config).scorers)
     assert scorers["toy_math"].noise == LocalNoise(flip=0.25, jitter=0.5, seed=4)
     assert scorers["toy_lint"].noise is None
     response = steps("3+4=7", "7-2=5")

@@ -209,12 +209,12 @@ def offline_trackers(tmp_path: Path, monkeypatch, backends: list[str]):
 
 # ------------------------------------------------------------------------------------------- knobs
 def test_the_knobs_defaults_and_refusals():
-    assert panels.panel_settings({}) == panels.PanelSettings(10, 4, 256)
-    assert panels.panel_settings({"token_panel_every": 0, "token_panel_tokens": 0}).every == 0
+    assert panels.PanelSettings.from_config({}) == panels.PanelSettings(10, 4, 256)
+    assert panels.PanelSettings.from_config({"token_panel_every": 0, "token_panel_tokens": 0}).every == 0
     for knob, value in (("token_panel_every", -1), ("token_panel_rollouts", 0), ("token_panel_tokens", 2.5),
                         ("token_panel_every", "often"), ("token_panel_rollouts", True)):
         with pytest.raises(ValueError, match=f"algorithm.{knob}"):
-            panels.panel_settings({knob: value})
+            panels.PanelSettings.from_config({knob: value})
 
 
 def test_the_logged_steps_are_the_first_every_nth_and_the_last():

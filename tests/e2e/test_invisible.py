@@ -158,7 +158,7 @@ def test_a_run_without_panels_leaves_its_tracker_files_as_verl_writes_them(overr
 
 def test_a_bad_panel_knob_stops_a_verl_bot_run_before_its_first_step():
     original = Recorder()
-    with pytest.raises(VerlBotConfigError, match="algorithm.token_panel_rollouts must be >= 1"):
+    with pytest.raises(VerlBotConfigError, match=r"^\+algorithm.token_panel_rollouts=0: must be an integer >= 1$"):
         tracker_panel._make_step(original)(trainer([*BOT, "+algorithm.token_panel_rollouts=0"]), {}, {})
     assert original.calls == []
 

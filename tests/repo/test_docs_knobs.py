@@ -4,15 +4,18 @@ The knobs, read from the code:
 
 - `+algorithm.<name>`: the knobs every method declares (`verl_bot.knobs`: the `settings` of each row of
   `verl_bot.advantage.ESTIMATORS` and `verl_bot.losses.LOSSES`), the token-report keys and the token panel's
-  `KNOBS` (`verl_bot.observe.panels`); no method reads a knob of its prefix past its declaration (`ast`: no
-  `.get("<prefix>...")` in verl_bot/);
-- `+reward.reward_kwargs.bot.<name>`: the manager's `DEFAULTS`, `scorers`, and `prm.<name>` for the PRM's
-  (`verl_bot.rewards.prm.DEFAULTS`; a default of None or with a newline is stated in words);
+  declaration (`verl_bot.observe.panels.PanelSettings`); no method reads a knob of its prefix past its
+  declaration (`ast`: no `.get("<prefix>...")` in verl_bot/);
+- `+reward.reward_kwargs.bot.<name>`: the manager's declaration (`verl_bot.rewards.settings.ManagerSettings`),
+  `scorers`, and `prm.<name>` for the PRM's (`verl_bot.rewards.prm.PrmSettings`; a default of None or with a
+  newline is stated in words);
 - environment variables: the values of verl_bot/'s `*_ENV` / `*_ENVS` constants and every literal name it reads
   from `os.environ`, but the process variables in `NOT_SETTINGS`.
 
-Where the code has a default (a declared knob, `DEFAULTS`), the row's default is it; each method's knob in
-docs/ALGORITHMS.md carries the source its declaration gives (`[paper]`, `[code]`, `[ours]`).
+Where the code has a default (a declared knob), the row's default is it; each method's knob in docs/ALGORITHMS.md
+carries the source its declaration gives (`[paper]`, `[code]`, `[ours]`), and so does each knob of the manager, the
+PRM and the panels that has a row there or a source other than ours (then its row in docs/knobs.md says it); every
+declared knob says what it does (`doc`).
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ import re
 from pathlib import Path
 
 from verl_bot.advantage import ESTIMATORS
-from verl_bot.knobs import Knob
+from verl_bot.knobs import Knob, MethodSettings
 from verl_bot.launch.activation import KNOB_PREFIXES
 from verl_bot.losses import LOSSES
-from verl_bot.observe import panels, token_records
-from verl_bot.rewards import prm
-from verl_bot.rewards.settings import DEFAULTS
+from verl_bot.observe import token_records
+from verl_bot.observe.panels import PanelSettings
+from verl_bot.rewards.prm import PrmSettings
+from verl_bot.rewards.settings import ManagerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "knobs.md"
@@ -85,6 +89,16 @@ def declared_knobs() -> dict[str, Knob]:
     return {k.key: k for spec in (*ESTIMATORS.values(), *LOSSES.values()) for k in spec.settings.knobs()}
 
 
+READERS = ((ManagerSettings, ""), (PrmSettings, "prm."), (PanelSettings, ""))  # knobs of no method, name prefix
+
+
+def declared_defaults(settings: type[MethodSettings], prefix: str = "") -> dict[str, object]:
+    """`<prefix><name>` -> the default a settings class declares (UNSET where it is computed or resolved, or has a
+    newline: the page states those in words)."""
+    knobs = settings.knobs()
+    return {prefix + k.key: UNSET if k.default is None or "\n" in str(k.default) else k.default for k in knobs}
+
+
 def algorithm_knobs() -> dict[str, object]:
     """`+algorithm.<name>` knob -> its default in the code (UNSET where it is computed)."""
     return {
@@ -92,13 +106,13 @@ def algorithm_knobs() -> dict[str, object]:
         token_records.STEPS_KEY: UNSET,
         token_records.GROUPS_KEY: token_records.DEFAULT_GROUPS,
         token_records.DIR_KEY: UNSET,
-        **panels.KNOBS,
+        **declared_defaults(PanelSettings),
     }
 
 
 def manager_knobs() -> dict[str, object]:
-    prm_knobs = {f"prm.{k}": UNSET if v is None or "\n" in str(v) else v for k, v in prm.DEFAULTS.items()}
-    return {**DEFAULTS, "scorers": UNSET, **prm_knobs}
+    """`+reward.reward_kwargs.bot.<name>` knob -> its default in the code: the manager's, `scorers`, the PRM's."""
+    return {**declared_defaults(ManagerSettings), "scorers": UNSET, **declared_defaults(PrmSettings, "prm.")}
 
 
 def manager_knob(key: str) -> str:
@@ -243,6 +257,38 @@ def test_each_knobs_source_is_the_one_its_declaration_gives():
              if f"[{k.source}" not in named.get(key, "")]
     assert not wrong, "\n".join(wrong)
     assert len(named) >= 35 and "[code" in named["grail_std"] and "[paper]" in named["bot_length_weighting"]
+
+
+def reader_knobs() -> dict[str, Knob]:
+    """The knobs of the manager (`w_local`), the PRM (`prm.scale`) and the panels (`token_panel_every`), by the name
+    the page's rows give them (`hydra_rows`) -> their declarations."""
+    return {prefix + k.key: k for settings, prefix in READERS for k in settings.knobs()}
+
+
+def row_lines() -> dict[str, str]:
+    """The Hydra table's rows (whole lines) by the knob their first cell names first, named as `hydra_rows` does."""
+    found = {}
+    for line in _section("Hydra keys"):
+        first = re.findall(r"`([^`]+)`", line.split("|")[1]) if line.startswith("| `") else []
+        for key in first[:1]:
+            name = manager_knob(key.removeprefix("+" + MANAGER)) if key.startswith("+" + MANAGER) else key
+            found.setdefault(name.removeprefix("+algorithm."), line)
+    return found
+
+
+def test_the_manager_prm_and_panel_knobs_say_what_they_do_and_where_their_defaults_come_from():
+    """Each knob of the manager, the PRM and the panels has its `doc`; its declared source is the tag of its row in
+    docs/ALGORITHMS.md (the manager's weights and layout are there) or, for a default that is not ours, of its row
+    here."""
+    named, lines, knobs = algorithms_rows(), row_lines(), reader_knobs()
+    assert {"w_global", "w_local", "local_clip", "token_level"} <= set(named) & set(knobs)
+    assert not [name for name, k in knobs.items() if not k.doc], "knobs without a doc"
+    tagged = {name: named[name] if name in named else lines.get(name, "") for name, k in knobs.items()
+              if name in named or k.source != "ours"}
+    wrong = [f"{name}: declared {knobs[name].source}, page {cell!r}" for name, cell in tagged.items()
+             if f"[{knobs[name].source}" not in cell]
+    assert not wrong, "\n".join(wrong)
+    assert {"prm.step_tag", "prm.positive_index", "prm.system"} <= set(tagged)  # Qwen2.5-Math-PRM's: [code]
 
 
 def test_no_method_reads_a_knob_past_its_declaration():

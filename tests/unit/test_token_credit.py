@@ -10,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from verl_bot.credit import streams
 from verl_bot.credit.token_credit import CreditSettings, OutputLayout, TokenLayout, token_credit
 from verl_bot.credit.verdict import ScorerFailure, validate_verdict
+from verl_bot.rewards.settings import ManagerSettings
 
 # "ab cd" + EOS: tokens "ab", " ", "cd", EOS (covers no character)
 TEXT, SPANS = "ab cd", np.array([[0, 2], [2, 3], [3, 5], [5, 5]])
@@ -149,3 +151,20 @@ def test_dapo_overlong_shaping_is_part_of_g():
     credit = token_credit(verdict(0.5), single(), CreditSettings(overlong=(4, 2, 1.0)))
     assert credit.info["overlong"] == -1.0 and credit.info["score"] == -0.5
     assert credit.reward_score == [-0.5] * 4
+
+
+def test_the_managers_declared_knobs_are_the_credit_settings(monkeypatch):
+    """`ManagerSettings.credit`: the manager's values under their own names, the layout `token_level` gives the
+    estimator, the streams a per-token estimator declared (none for one reward per response), DAPO's shaping."""
+    monkeypatch.setitem(streams._consumers, "vb_test_reader", ("local", "outcome"))  # as the plugin declares them
+    settings = ManagerSettings(w_global=2.0, w_local=0.5, local_clip=0.0, failure_score=-1.0, token_level=True,
+                               estimator="vb_test_reader")
+    assert settings.credit((4, 2, 1.0)) == CreditSettings(
+        w_global=2.0, w_local=0.5, local_clip=0.0, failure_score=-1.0, layout="dense", streams=("local", "outcome"),
+        overlong=(4, 2, 1.0),
+    )
+    assert ManagerSettings(token_level="returns", estimator="vb_test_reader").credit(None) == CreditSettings(
+        layout="returns", streams=("local", "outcome"))
+    scalar = ManagerSettings(token_level=False, estimator="vb_test_reader").credit(None)
+    assert scalar == CreditSettings(layout="scalar")
+    assert ManagerSettings(w_local=0.5, estimator="grpo").credit(None) == CreditSettings(w_local=0.5, layout="scalar")

@@ -89,7 +89,8 @@ class TokenLayout:
 
 @dataclass(frozen=True)
 class CreditSettings:
-    """The manager's knobs that shape token credit (`reward.reward_kwargs.bot`, `verl_bot.rewards.settings`).
+    """The manager's knobs that shape token credit, under their names in its declaration (`reward.reward_kwargs.bot`:
+    `verl_bot.rewards.settings.ManagerSettings`, whose `credit()` builds this from them).
 
     overlong: (max_resp_len, buffer_len, penalty_factor) of DAPO's overlong shaping, None when off. streams: the
     named reward streams the estimator reads (`streams.streams_for`).

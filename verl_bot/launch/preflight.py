@@ -80,7 +80,7 @@ from verl_bot.observe import panels, token_records
 from verl_bot.rewards.prm import prm_problem
 from verl_bot.rewards.reward_model_path import reward_model_problem
 from verl_bot.rewards.scorers import DEFAULT_SCORERS, HttpScorer, build_scorers
-from verl_bot.rewards.settings import bot_manager_in_use, manager_settings, reads_dense_rewards, user_settings
+from verl_bot.rewards.settings import ManagerSettings, bot_manager_in_use, manager_settings, reads_dense_rewards
 from verl_bot.rewards.verl_functions import default_knows, function_config
 
 
@@ -117,19 +117,21 @@ def data_sources(paths: Iterable[str]) -> dict[str, str]:
     return found
 
 
-def unscorable_sources(sources: Iterable[str], config: Any, settings: dict) -> list[str]:
+def unscorable_sources(sources: Iterable[str], config: Any, settings: ManagerSettings) -> list[str]:
     """The data sources among `sources` the `bot` manager could not score: no configured or built-in scorer,
     no `reward.custom_reward_function` (which is asked about any data source), and unknown to verl's
     `default_compute_score`."""
     if "custom_reward_function" in function_config(config):
         return []
-    known = {**DEFAULT_SCORERS, **dict(settings.get("scorers") or {})}
+    known = {**DEFAULT_SCORERS, **settings.scorers}
     return [source for source in sources if source not in known and not default_knows(source)]
 
 
-def _token_level_problem(config: Any, estimator: str, spec: EstimatorSpec, settings: dict | None) -> str | None:
+def _token_level_problem(
+    config: Any, estimator: str, spec: EstimatorSpec, settings: ManagerSettings | None
+) -> str | None:
     algorithm = config.get("algorithm") or {}
-    dense = settings is not None and settings["layout"] == "dense"
+    dense = settings is not None and settings.layout == "dense"
     scalar_key = f"{spec.settings.prefix}{spec.scalar_knob}" if spec.settings and spec.scalar_knob else None
     if algorithm.get("use_kl_in_reward", False):
         return (
@@ -140,7 +142,7 @@ def _token_level_problem(config: Any, estimator: str, spec: EstimatorSpec, setti
     if dense or (scalar_key and getattr(spec.settings.from_config(algorithm), spec.scalar_knob)):
         return None
     manager = ((config.get("reward") or {}).get("reward_manager") or {}).get("name")
-    layout = settings["layout"] if settings is not None else "scalar"
+    layout = settings.layout if settings is not None else "scalar"
     where = (f"reward.reward_manager.name={manager} gives one scalar per response (on its last token)"
              if settings is None else
              f"token_level={'returns' if layout == 'returns' else 'false'} gives G on the last token only")
@@ -246,10 +248,7 @@ def check_config(config: Any, path: str | None = None) -> None:
         raise VerlBotConfigError(problem)
     if not methods and not bot_manager:
         return
-    try:
-        panels.panel_settings(config.algorithm)  # the trackers' token panels (verl_bot.hooks.v1.tracker_panel)
-    except ValueError as exc:
-        raise VerlBotConfigError(str(exc)) from exc
+    panels.PanelSettings.from_config(config.algorithm)  # the trackers' token panels (verl_bot.hooks.v1.tracker_panel)
     problem = chat_template_problem(config.actor_rollout_ref.get("model") or {}) or rope_problem(config)
     if problem:
         raise VerlBotConfigError(problem)
@@ -257,7 +256,7 @@ def check_config(config: Any, path: str | None = None) -> None:
     if problem:
         raise VerlBotConfigError(problem)
     settings = manager_settings(config) if bot_manager else None
-    if bot_manager and not reads_dense_rewards(estimator) and user_settings(config).get("token_level") is True:
+    if settings is not None and not reads_dense_rewards(estimator) and settings.token_level is True:
         raise VerlBotConfigError(
             f"reward.reward_kwargs.bot.token_level=true with adv_estimator={estimator}: the bot manager puts G on "
             f"every token, which {estimator} adds up over the response (L * w_g * G + w_s * sum S, a reward that "
@@ -271,14 +270,14 @@ def check_config(config: Any, path: str | None = None) -> None:
         raise VerlBotConfigError(problem)
     if not bot_manager:
         return
-    problem = prm_problem(config, bool(settings["token_level"]))  # the prm knobs (verl_bot.rewards.prm)
+    problem = prm_problem(config, settings.per_token)  # the prm knobs (verl_bot.rewards.prm)
     if problem:
         raise VerlBotConfigError(problem)
     problem = reward_model_problem(config)  # verl's reward-model path (verl_bot.rewards.reward_model_path)
     if problem:
         raise VerlBotConfigError(problem)
     try:
-        scorers = build_scorers(settings["scorers"], timeout_s=settings["timeout_s"], retries=settings["retries"])
+        scorers = build_scorers(settings.scorers, timeout_s=settings.timeout_s, retries=settings.retries)
     except (ValueError, ImportError, AttributeError) as exc:
         raise VerlBotConfigError(f"reward.reward_kwargs.bot.scorers: {type(exc).__name__}: {exc}") from exc
     servers = [s for s in scorers.values() if isinstance(s, HttpScorer)]

@@ -81,7 +81,7 @@ def targets(config: Any, environ: Mapping[str, str] | None = None) -> dict[str, 
     found: dict[str, str] = {}
     if bot_manager_in_use(config):
         settings = manager_settings(config)
-        for source, scorer in build_scorers(settings["scorers"]).items():
+        for source, scorer in build_scorers(settings.scorers).items():
             if isinstance(scorer, HttpScorer):
                 found |= {f"the reward server of {source} ({i + 1})": f"{url}/health"
                           for i, url in enumerate(scorer.urls)}

@@ -109,7 +109,7 @@ def filter_groups_problem(config: Any) -> str | None:
     if not (config.algorithm.get("filter_groups") or {}).get("enable", False) or not bot_manager_in_use(config):
         return None
     estimator = enum_name(config.algorithm.adv_estimator)
-    if manager_settings(config)["layout"] == "returns":
+    if manager_settings(config).layout == "returns":
         return (
             f"algorithm.filter_groups.enable=true with adv_estimator={estimator}: DAPO's dynamic sampling drops the "
             f"groups a group-relative estimator cannot learn from, and {estimator} has no group baseline (it learns "

@@ -7,16 +7,8 @@ tracker calls, and the TransferQueue reads that feed them, are in `verl_bot.hook
 The panel is the offline report's token view (`verl_bot.eval.training_report`: the same colours, the same
 symmetric scale per quantity, `nice_scale` of the largest |value| of the rollouts shown, the same token display)
 of a few rollouts of one step, built from token records (`verl_bot.observe.token_records`: the rows as the token report
-records them). Knobs, in verl's `algorithm` config (add them with a leading `+`), read by a run that uses
-verl-bot (`verl_bot.launch.activation`; any other run sends nothing):
-
-    token_panel_every      10    a panel and the histograms at step 1, every N-th step and the last step, to
-                                 each tracker of `trainer.logger` that shows them (wandb, tensorboard);
-                                 0 = never
-    token_panel_rollouts   4     rollouts per panel: whole groups first (the groups whose prompt texts sort
-                                 first, as the token records choose them), the last one cut to the count
-    token_panel_tokens     256   tokens shown per rollout: the first and the last half of them, the rest as a
-                                 gap "... N tokens ..."; 0 = all (the histograms always hold every token)
+records them). Its knobs: `PanelSettings` (`+algorithm.token_panel_*`, docs/knobs.md), read by a run that uses
+verl-bot (`verl_bot.launch.activation`; any other run sends nothing).
 
 Histograms of every response token of the step (padding rows and tokens outside `response_mask` left out):
 r_t, the token reward (`rm_scores`); A_t, the advantage the actor trains on; S_t, the scorer's local signal,
@@ -32,6 +24,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from verl_bot.knobs import MethodSettings, knob
 from verl_bot.observe.token_records import chosen_groups
 from verl_bot.observe.token_view import (
     NEGATIVE,
@@ -45,14 +38,6 @@ from verl_bot.observe.token_view import (
     token_segments,
 )
 
-EVERY_KEY = "token_panel_every"
-ROLLOUTS_KEY = "token_panel_rollouts"
-TOKENS_KEY = "token_panel_tokens"
-DEFAULT_EVERY = 10
-DEFAULT_ROLLOUTS = 4
-DEFAULT_TOKENS = 256
-KNOBS = {EVERY_KEY: DEFAULT_EVERY, ROLLOUTS_KEY: DEFAULT_ROLLOUTS, TOKENS_KEY: DEFAULT_TOKENS}
-
 PANEL_KEY = "verl_bot/token_credit"  # the panel's name in every tracker
 HISTOGRAM_KEYS = {"rewards": "verl_bot/r_t", "local": "verl_bot/S_t", "advantages": "verl_bot/A_t"}
 HISTOGRAM_BINS = 64
@@ -62,24 +47,12 @@ _MARKDOWN_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()#+-.!|~>"} |
 
 # ---------------------------------------------------------------------------------------------- knobs
 @dataclasses.dataclass(frozen=True)
-class PanelSettings:
-    every: int = DEFAULT_EVERY
-    rollouts: int = DEFAULT_ROLLOUTS
-    tokens: int = DEFAULT_TOKENS
+class PanelSettings(MethodSettings, prefix="token_panel_", label="token panel"):
+    """When a panel is sent (`logged_step`), how many rollouts it shows (`chosen_rows`), how many of their tokens."""
 
-
-def panel_settings(algorithm: Mapping) -> PanelSettings:
-    """The knobs of `algorithm` (verl's `algorithm` config or a dict). ValueError naming the knob when one is not a
-    whole number, `every` or `tokens` below 0 or `rollouts` below 1."""
-    values = {key: algorithm.get(key, default) for key, default in KNOBS.items()}
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"algorithm.{key} must be a whole number, got {value!r}")
-    if values[EVERY_KEY] < 0 or values[TOKENS_KEY] < 0:
-        raise ValueError(f"algorithm.{EVERY_KEY} and algorithm.{TOKENS_KEY} must be >= 0 (0: never, all tokens)")
-    if values[ROLLOUTS_KEY] < 1:
-        raise ValueError(f"algorithm.{ROLLOUTS_KEY} must be >= 1, got {values[ROLLOUTS_KEY]}")
-    return PanelSettings(values[EVERY_KEY], values[ROLLOUTS_KEY], values[TOKENS_KEY])
+    every: int = knob(10, bounds="[0, inf)", source="ours", doc="a panel at step 1, every N-th and the last; 0: never")
+    rollouts: int = knob(4, bounds="[1, inf)", source="ours", doc="rollouts per panel, whole groups first")
+    tokens: int = knob(256, bounds="[0, inf)", source="ours", doc="tokens shown per rollout; 0: all")
 
 
 def logged_step(step: int, total_steps: int, every: int) -> bool:

@@ -12,33 +12,10 @@ Scorer of a data_source, first match wins:
 3. verl's `default_compute_score`, for the data sources it knows (openai/gsm8k, lighteval/MATH, aime*, ...).
 Steps 2-3: `verl_bot.rewards.verl_scorer`. A data_source none of them knows is a configuration error.
 
-Knobs, under `reward.reward_kwargs.bot` (add them with `+reward.reward_kwargs.bot.KEY=VALUE`;
-defaults in `verl_bot.rewards.settings`):
-
-    w_global          1.0   w_g, weight of the global score G on every token
-    w_local           1.0   w_s, weight of the local signal S_t
-    local_clip        1.0   |S_t| is clipped to this bound per token (the paper's "bounded S"); 0 = no clip
-    scorers           {}    data_source -> scorer spec (see verl_bot.rewards.scorers);
-                            built in: toy_lint -> builtin:toy_lint
-    fn_workers        2     worker processes for verl's sync reward functions (steps 2-3 above);
-                            0: verl's way, threads of the reward loop (no signal.alarm, no hard timeout)
-    timeout_s         120   per scorer call (HTTP total timeout / in-process wait)
-    retries           2     extra HTTP attempts (round-robin over the URLs, backoff)
-    failure_score     0.0   G reported for a rollout whose scorer failed (raised, timed out,
-                            answered garbage); S = 0, `scorer_failed` = 1, and the rollout takes
-                            no part in training (advantage 0: verl_bot.hooks.v1.multi_trajectory)
-    max_failure_rate  0.5   the run stops when more than this share of a step's rollouts
-    failure_patience  3     ... failed, this many steps in a row (verl_bot.hooks.v1.compute_advantage)
-    token_level       auto  the layout (`verl_bot.rewards.settings.LAYOUTS`): true = dense
-                            (r_t = w_g G + w_s S_t on every token); returns = w_g G on
-                            the last token and w_s S_t on the tokens it covers; false =
-                            only w_g * G as one scalar on the last token (verl's stock
-                            layout: the GRPO/GSPO/DAPO baselines' input); auto: dense
-                            for the estimators that read dense rewards (bot, pure,
-                            pass), returns for verl's return-based ones (gae,
-                            reinforce_plus_plus, remax, the optimal token baselines),
-                            false for every other (grpo, rloo, reco, vps, grail, ...);
-                            true with a non-dense estimator is refused at start-up
+Knobs, under `reward.reward_kwargs.bot` (add them with `+reward.reward_kwargs.bot.KEY=VALUE`): the weights w_g and
+w_s, the clip of S_t, the scorers, the scorer calls' timeout, retries and worker processes, the failed-scorer G and
+when failures stop the run, and `token_level`, the layout of the rewards on the tokens; declared in
+`verl_bot.rewards.settings.ManagerSettings`, documented in docs/knobs.md.
 
 DAPO's overlong shaping reads verl's own keys, as verl's `dapo` manager does:
 `+reward.reward_kwargs.overlong_buffer_cfg.{enable,len,penalty_factor}` and
@@ -78,8 +55,7 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from verl_bot.credit.sessions import fingerprint, response_ids, response_length, trajectories_request, trajectory_ids
 from verl_bot.credit.spans import token_char_spans
-from verl_bot.credit.streams import streams_for
-from verl_bot.credit.token_credit import CreditSettings, OutputLayout, TokenLayout, token_credit
+from verl_bot.credit.token_credit import OutputLayout, TokenLayout, token_credit
 from verl_bot.credit.turns import multi_turn_info, rollout_mask, turn_request
 from verl_bot.credit.verdict import ScorerFailure, Verdict, validate_verdict
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
@@ -122,26 +98,18 @@ class BoTRewardManager(RewardManagerBase):
 
     def __init__(self, config, tokenizer, compute_score=None, reward_router_address=None, reward_model_tokenizer=None):
         super().__init__(config, tokenizer, compute_score)
-        self.settings = manager_settings(config)
-        token_level = self.settings["token_level"]
-        self.credit = CreditSettings(
-            w_global=self.settings["w_global"], w_local=self.settings["w_local"],
-            local_clip=self.settings["local_clip"], failure_score=self.settings["failure_score"],
-            layout=self.settings["layout"], overlong=overlong_settings(config),
-            streams=streams_for((config.get("algorithm") or {}).get("adv_estimator")) if token_level else (),
-        )
-        self.scorers = build_scorers(
-            self.settings["scorers"], timeout_s=self.settings["timeout_s"], retries=self.settings["retries"]
-        )
+        self.settings = settings = manager_settings(config)
+        self.credit = settings.credit(overlong_settings(config))
+        self.scorers = build_scorers(settings.scorers, timeout_s=settings.timeout_s, retries=settings.retries)
         self.verl_scorer = VerlFunctionScorer(
-            config, compute_score, workers=self.settings["fn_workers"], timeout_s=self.settings["timeout_s"],
+            config, compute_score, workers=settings.fn_workers, timeout_s=settings.timeout_s,
             reward_router_address=reward_router_address, reward_model_tokenizer=reward_model_tokenizer,
         )
-        prm = prm_settings(config) if token_level else None  # S from a served PRM (docs/prm.md)
+        prm = prm_settings(config) if settings.per_token else None  # S from a served PRM (docs/prm.md)
         rm_path = ((config.get("reward") or {}).get("reward_model") or {}).get("model_path")
         self.prm = None if prm is None else PrmClient.from_settings(
             prm, reward_router_address, reward_model_tokenizer, rm_path,
-            timeout_s=self.settings["timeout_s"], retries=self.settings["retries"],
+            timeout_s=settings.timeout_s, retries=settings.retries,
         )
 
     def _scorer_for(self, data_source: str):
@@ -167,7 +135,7 @@ class BoTRewardManager(RewardManagerBase):
             if getattr(scorer, "self_timed", False):  # verl_scorer's worker processes kill a call past timeout_s
                 raw = await scorer.score(request)  # (their start-up and the queue are not the call's time)
             else:
-                raw = await asyncio.wait_for(scorer.score(request), timeout=self.settings["timeout_s"])
+                raw = await asyncio.wait_for(scorer.score(request), timeout=self.settings.timeout_s)
             return validate_verdict(raw, layout.turn_count, len(layout.outputs))
         except VerlBotConfigError:
             raise
@@ -186,7 +154,7 @@ class BoTRewardManager(RewardManagerBase):
             return await self._verdict(data_source, request, layout), metrics
         scored, prm = await asyncio.gather(
             self._verdict(data_source, request, layout),
-            asyncio.wait_for(self.prm.score(request["prompt"], request["response"]), self.settings["timeout_s"]),
+            asyncio.wait_for(self.prm.score(request["prompt"], request["response"]), self.settings.timeout_s),
             return_exceptions=True,
         )
         for outcome in (scored, prm):  # a cancellation or a configuration error (fatal marker) goes up
@@ -200,7 +168,7 @@ class BoTRewardManager(RewardManagerBase):
             return ScorerFailure(message[:500]), prm_metrics(None, True)
         if isinstance(scored, ScorerFailure):
             return scored, prm_metrics(prm, False)
-        return prm.applied(scored, self.prm.settings["combine"]), prm_metrics(prm, False)
+        return prm.applied(scored, self.prm.settings.combine), prm_metrics(prm, False)
 
     def _fatal(self, message: str, length: int) -> dict:
         """A zero reward carrying the marker that stops the run (`verl_bot.errors`)."""

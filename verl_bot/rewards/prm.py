@@ -1,22 +1,9 @@
 """A served step process reward model (PRM) as the local signal S of the `bot` manager.
 
-Knobs, under `reward.reward_kwargs.bot.prm` (`prm_settings`; docs/prm.md):
-
-    url             router (verl's reward router: the reward_router_address verl gives the manager when
-                    reward.reward_model.enable=true) or http(s)://host:port of a vLLM pooling server
-    model           the served model's name (default: reward.reward_model.model_path)
-    tokenizer       the PRM's tokenizer, a local folder or a hub id (default: model)
-    step_separator  "\\n\\n": a response's steps end at runs of it (`verl_bot_contract.steps`; the default: a
-                    blank line, whitespace-only lines included, as the reward streams' step_end)
-    step_tag        "<extra_0>": the token after each step whose row the PRM scores (one token of the tokenizer)
-    positive_index  1: the column of a row that is p(step is good)
-    transform       centred (2q - 1) | raw (q) | log (ln q): f in value = scale * f(q)
-    scale           1.0
-    system          Qwen2.5-Math-PRM's system prompt ("" for none)
-    combine         replace (the PRM's spans are S) | add (added to the scorer's own local spans)
-    data_sources    the data sources the PRM scores (default: all)
-    max_length      the PRM's input length in tokens (default: its config's max_position_embeddings); the
-                    trailing steps that do not fit are not scored (`prm_truncated`)
+Knobs, under `reward.reward_kwargs.bot.prm` (`PrmSettings`, read by `prm_settings`; docs/knobs.md, docs/prm.md):
+`url` (`router`, verl's reward router, or a vLLM pooling server), the served `model` and its `tokenizer`, how steps
+are split and tagged, which column is p(good) and how it becomes a value, what S becomes, the data sources it
+scores and its input's length.
 
 Per rollout (`PrmClient.score`): the response's answer (after a reasoning model's `</think>`; none when it was cut
 off inside the block) is split into steps (`answer_steps`), step-tag text is removed
@@ -47,6 +34,7 @@ from typing import Any
 
 from verl_bot.credit.turns import multi_turn_enabled
 from verl_bot.errors import VerlBotConfigError
+from verl_bot.knobs import MethodSettings, config_node, knob
 from verl_bot.rewards.http import LoopSession, RetriesExhausted, retried
 from verl_bot_contract.steps import BLANK_LINE, Step, split_steps
 from verl_bot_contract.think import split_think
@@ -58,21 +46,6 @@ TRANSFORMS: dict[str, Callable[[float], float]] = {
     "centred": lambda q: 2.0 * q - 1.0,
     "raw": lambda q: q,
     "log": lambda q: math.log(max(q, 1e-12)),
-}
-CHOICES = {"transform": tuple(TRANSFORMS), "combine": ("replace", "add"), "positive_index": (0, 1)}
-DEFAULTS: dict[str, Any] = {
-    "url": None,
-    "model": None,
-    "tokenizer": None,
-    "step_separator": BLANK_LINE,
-    "step_tag": "<extra_0>",
-    "positive_index": 1,
-    "transform": "centred",
-    "scale": 1.0,
-    "system": QWEN_PRM_SYSTEM,
-    "combine": "replace",
-    "data_sources": None,
-    "max_length": None,
 }
 LOG_ENV = "VERL_BOT_PRM_LOG"
 TRUNCATED_FLAG = "prm_truncated"
@@ -89,49 +62,63 @@ class PrmNotAStepModel(VerlBotConfigError):
 # ---- knobs ----------------------------------------------------------------------------------------
 
 
-def _reward(config: Any) -> Any:
-    return config.get("reward") or {}
+def _http(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
 
 
-def prm_settings(config: Any) -> dict | None:
-    """The `reward.reward_kwargs.bot.prm` knobs with their defaults, checked; None when no PRM is configured.
+@dataclass(frozen=True)
+class PrmSettings(MethodSettings, node="reward.reward_kwargs.bot.prm", label="PRM"):
+    """The PRM's knobs. `url` must be set; `model` defaults to `reward.reward_model.model_path` (computed by
+    `prm_settings`), `tokenizer` to `model`; `data_sources` given as one text is split at its commas."""
+
+    url: str | None = knob(None, choices=(ROUTER,), other=("an http(s):// URL of a vLLM pooling server", _http),
+                           source="ours", doc="verl's reward router, or the server of the PRM")
+    model: str | None = knob(None, source="ours", doc="the served model's name, sent in each request")
+    tokenizer: str | None = knob(None, source="ours", doc="the PRM's tokenizer, a local folder or a hub id")
+    step_separator: str = knob(BLANK_LINE, other=("a non-empty text", bool), source="ours",
+                               doc="a response's steps end at runs of it (`verl_bot_contract.steps`)")
+    step_tag: str = knob("<extra_0>", other=("a non-empty text", bool), source="code",
+                         doc="the token after each step whose row the PRM scores (Qwen2.5-Math-PRM's)")
+    positive_index: int = knob(1, bounds="[0, 1]", source="code", doc="the column of a row that is p(step is good)")
+    transform: str = knob("centred", choices=tuple(TRANSFORMS), source="ours", doc="f in value = scale * f(q)")
+    scale: float = knob(1.0, source="ours", doc="the scale of the step values")
+    system: str | None = knob(QWEN_PRM_SYSTEM, source="code", doc="the system message of the PRM's input; '' none")
+    combine: str = knob("replace", choices=("replace", "add"), source="ours",
+                        doc="the PRM's spans are S (replace) or are added to the scorer's (add)")
+    data_sources: tuple[str, ...] | str | None = knob(
+        None, other=("a text of comma-separated ones", lambda text: True), source="ours",
+        doc="the data sources the PRM scores (unset: all)",
+    )
+    max_length: int | None = knob(None, bounds="[1, inf)", source="ours",
+                                  doc="the PRM's input length in tokens (unset: its max_position_embeddings)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.url is None:
+            raise self.knob_named("url").refused(None)
+        tokenizer = self.tokenizer or self.model
+        if not tokenizer:
+            raise VerlBotConfigError("prm needs +reward.reward_kwargs.bot.prm.model (the served PRM) or prm.tokenizer")
+        sources = self.data_sources
+        if isinstance(sources, str):
+            sources = tuple(s.strip() for s in sources.split(",") if s.strip())
+        resolved = {"tokenizer": tokenizer, "data_sources": sources, "system": self.system or ""}
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)
+
+
+def prm_settings(config: Any) -> PrmSettings | None:
+    """The `reward.reward_kwargs.bot.prm` knobs, checked; None when no PRM is configured.
 
     Raises `VerlBotConfigError` (a ValueError) with one line for a knob that cannot work.
     """
-    user = dict(((_reward(config).get("reward_kwargs") or {}).get("bot") or {}).get("prm") or {})
-    if not user:
+    node = config_node(config, PrmSettings.node)
+    if not node:
         return None
-    unknown = sorted(set(user) - set(DEFAULTS))
-    if unknown:
-        raise VerlBotConfigError(f"unknown reward.reward_kwargs.bot.prm keys {unknown}; known: {sorted(DEFAULTS)}")
-    settings = {**DEFAULTS, **user}
-    reward_model = _reward(config).get("reward_model") or {}
-    url = str(settings["url"] or "")
-    if url == ROUTER and not reward_model.get("enable", False):
+    reward_model = config_node(config, "reward.reward_model")
+    settings = PrmSettings.from_config(node, model=reward_model.get("model_path"))
+    if settings.url == ROUTER and not reward_model.get("enable", False):
         raise VerlBotConfigError(ROUTER_NEEDS_RM)
-    if url != ROUTER and not url.startswith(("http://", "https://")):
-        raise VerlBotConfigError(f"prm.url must be 'router' or an http(s):// URL of a vLLM pooling server, got {url!r}")
-    settings["model"] = settings["model"] or reward_model.get("model_path")
-    settings["tokenizer"] = settings["tokenizer"] or settings["model"]
-    if not settings["tokenizer"]:
-        raise VerlBotConfigError("prm needs +reward.reward_kwargs.bot.prm.model (the served PRM) or prm.tokenizer")
-    for key, choices in CHOICES.items():
-        if settings[key] not in choices or isinstance(settings[key], bool):
-            raise VerlBotConfigError(f"prm.{key} must be one of {list(choices)}, got {settings[key]!r}")
-    scale = settings["scale"]
-    if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
-        raise VerlBotConfigError(f"prm.scale must be a finite number, got {scale!r}")
-    for key in ("step_separator", "step_tag"):
-        if not isinstance(settings[key], str) or not settings[key]:
-            raise VerlBotConfigError(f"prm.{key} must be a non-empty string, got {settings[key]!r}")
-    max_length = settings["max_length"]
-    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
-        raise VerlBotConfigError(f"prm.max_length must be a positive number of tokens, got {max_length!r}")
-    sources = settings["data_sources"]
-    if isinstance(sources, str):
-        sources = [s.strip() for s in sources.split(",") if s.strip()]
-    settings["data_sources"] = None if sources is None else tuple(str(s) for s in sources)
-    settings["system"] = str(settings["system"] or "")
     return settings
 
 
@@ -148,10 +135,10 @@ def step_tag_id(tokenizer: Any, tag: str) -> int | None:
     return int(ids[0]) if len(ids) == 1 else None
 
 
-def tag_problem(settings: dict, tokenizer: Any) -> str | None:
+def tag_problem(settings: PrmSettings, tokenizer: Any) -> str | None:
     """Why `prm.step_tag` cannot mark steps for `tokenizer` (one line), or None."""
-    if step_tag_id(tokenizer, settings["step_tag"]) is None:
-        return f"prm.step_tag {settings['step_tag']!r} is not one token of {settings['tokenizer']}"
+    if step_tag_id(tokenizer, settings.step_tag) is None:
+        return f"prm.step_tag {settings.step_tag!r} is not one token of {settings.tokenizer}"
     return None
 
 
@@ -181,7 +168,7 @@ def prm_problem(config: Any, token_level: bool) -> str | None:
             "runs their S through the scorer's turn values or spans"
         )
     try:
-        tokenizer = load_tokenizer(settings["tokenizer"])
+        tokenizer = load_tokenizer(settings.tokenizer)
     except Exception:  # noqa: BLE001 - not loadable here (a hub id offline): the manager's own load reports it
         return None
     return tag_problem(settings, tokenizer)
@@ -328,53 +315,53 @@ def _log_call(url: str, payload: dict, rows: list) -> None:
 class PrmClient:
     """One `/pooling` call per rollout to a served step PRM; `score` gives the rollout's `PrmResult`."""
 
-    def __init__(self, settings: dict, base_url: str, tokenizer: Any, timeout_s: float = 120.0, retries: int = 2,
-                 backoff_s: float = 0.5):
+    def __init__(self, settings: PrmSettings, base_url: str, tokenizer: Any, timeout_s: float = 120.0,
+                 retries: int = 2, backoff_s: float = 0.5):
         self.settings = settings
         self.url = base_url.rstrip("/") + "/pooling"
         self.tokenizer = tokenizer
-        self.tag_id = step_tag_id(tokenizer, settings["step_tag"])
+        self.tag_id = step_tag_id(tokenizer, settings.step_tag)
         if self.tag_id is None:
             raise PrmNotAStepModel(tag_problem(settings, tokenizer))
-        self.max_length = settings["max_length"] or default_max_length(settings["tokenizer"], tokenizer)
+        self.max_length = settings.max_length or default_max_length(settings.tokenizer, tokenizer)
         self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
         self._session = LoopSession(timeout_s)
 
     @classmethod
-    def from_settings(cls, settings: dict, reward_router_address: str | None, reward_model_tokenizer: Any,
+    def from_settings(cls, settings: PrmSettings, reward_router_address: str | None, reward_model_tokenizer: Any,
                       reward_model_path: str | None, **kwargs: Any) -> PrmClient:
         """The client of `settings` (`prm_settings`): `url=router` is verl's reward router (`host:port`); the
         tokenizer verl loaded for the reward model is reused when it is the PRM's."""
-        if settings["url"] == ROUTER:
+        if settings.url == ROUTER:
             if not reward_router_address:
                 raise VerlBotConfigError(ROUTER_NEEDS_RM)
             base = reward_router_address if "://" in reward_router_address else f"http://{reward_router_address}"
         else:
-            base = settings["url"]
-        same = reward_model_tokenizer is not None and settings["tokenizer"] == reward_model_path
-        tokenizer = reward_model_tokenizer if same else load_tokenizer(settings["tokenizer"])
+            base = settings.url
+        same = reward_model_tokenizer is not None and settings.tokenizer == reward_model_path
+        tokenizer = reward_model_tokenizer if same else load_tokenizer(settings.tokenizer)
         return cls(settings, base, tokenizer, **kwargs)
 
     def covers(self, data_source: str) -> bool:
         """True when the PRM gives this data source's local signal."""
-        sources = self.settings["data_sources"]
+        sources = self.settings.data_sources
         return sources is None or data_source in sources
 
     def prepare(self, prompt: str, response: str) -> tuple[list[Step], list[int], int, bool]:
         """(steps, input ids, steps in the input, tag text found): the CPU part of `score`."""
-        settings, tag = self.settings, self.settings["step_tag"]
-        steps = answer_steps(response, settings["step_separator"])
+        settings, tag = self.settings, self.settings.step_tag
+        steps = answer_steps(response, settings.step_separator)
         prompt, in_prompt = without_tag(prompt, tag)
         cleaned = [without_tag(step.text, tag) for step in steps]
         texts = [text for text, _ in cleaned]
 
         def render(k: int) -> list[int]:
-            return prm_input_ids(self.tokenizer, prm_messages(settings["system"], prompt, texts[:k], tag))
+            return prm_input_ids(self.tokenizer, prm_messages(settings.system, prompt, texts[:k], tag))
 
         ids, kept = fitting_input(render, len(steps), self.max_length) if steps else ([], 0)
         if ids.count(self.tag_id) != kept:
             raise PrmNotAStepModel(
-                f"prm: the chat template of {settings['tokenizer']} kept {ids.count(self.tag_id)} of {kept} step tags"
+                f"prm: the chat template of {settings.tokenizer} kept {ids.count(self.tag_id)} of {kept} step tags"
             )
         return steps, ids, kept, in_prompt or any(found for _, found in cleaned)
 
@@ -387,12 +374,12 @@ class PrmClient:
         if kept == 0:
             return result
         payload = {"input": ids, "task": "token_classify"}
-        if self.settings["model"]:
-            payload = {"model": self.settings["model"], **payload}
-        rows = check_rows(await self._rows(payload), kept, self.settings["step_tag"], self.tag_id)
+        if self.settings.model:
+            payload = {"model": self.settings.model, **payload}
+        rows = check_rows(await self._rows(payload), kept, self.settings.step_tag, self.tag_id)
         _log_call(self.url, payload, rows)
         s = self.settings
-        result.spans = step_spans(steps, step_values(rows, s["positive_index"], s["transform"], s["scale"]))
+        result.spans = step_spans(steps, step_values(rows, s.positive_index, s.transform, s.scale))
         return result
 
     async def _rows(self, payload: dict) -> Any:

@@ -14,7 +14,7 @@ import torch
 from verl_bot.advantage import estimator_spec
 from verl_bot.credit.context import BatchContext
 from verl_bot.errors import VerlBotConfigError
-from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
+from verl_bot.rewards.settings import ManagerSettings, bot_manager_in_use, manager_settings
 from verl_bot.training.batch import TrainingBatch, streams
 
 STREAK_ATTR = "_verl_bot_failure_streak"
@@ -26,16 +26,17 @@ def failed_mask(rows: list[dict], padding: torch.Tensor) -> torch.Tensor:
     return torch.tensor(failed, dtype=torch.bool) & ~padding
 
 
-def check_failure_rate(streak: list[float], share: float, rows: list[dict], failed: torch.Tensor, settings: dict):
+def check_failure_rate(streak: list[float], share: float, rows: list[dict], failed: torch.Tensor,
+                       settings: ManagerSettings):
     """Append this step's failure share to `streak` (or clear it); raise when it exceeded the limit long enough.
 
     Raises `VerlBotConfigError` naming the failing data source(s) and the scorer's last error message.
     """
-    if share <= float(settings["max_failure_rate"]):
+    if share <= settings.max_failure_rate:
         streak.clear()
         return
     streak.append(share)
-    if len(streak) < int(settings["failure_patience"]):
+    if len(streak) < settings.failure_patience:
         return
     failed_rows = [row for row, bad in zip(rows, failed.tolist(), strict=True) if bad]
     infos = [row.get("reward_extra_info") or {} for row in failed_rows]
@@ -44,8 +45,8 @@ def check_failure_rate(streak: list[float], share: float, rows: list[dict], fail
     shares = ", ".join(f"{s:.2f}" for s in streak)
     raise VerlBotConfigError(
         f"verl-bot: the scorer failed on {shares} of the rollouts for {len(streak)} consecutive steps "
-        f"(> reward.reward_kwargs.bot.max_failure_rate={settings['max_failure_rate']}, failure_patience="
-        f"{settings['failure_patience']}); scorer of data_source {', '.join(sources)}: last error: {last_error}"
+        f"(> reward.reward_kwargs.bot.max_failure_rate={settings.max_failure_rate}, failure_patience="
+        f"{settings.failure_patience}); scorer of data_source {', '.join(sources)}: last error: {last_error}"
     )
 
 
@@ -66,7 +67,7 @@ def step_context(trainer: Any, batch: TrainingBatch) -> tuple[BatchContext | Non
     metrics = {}
     if bot_manager:
         settings = manager_settings(config)
-        ctx.dense_rewards = bool(settings["token_level"])
+        ctx.dense_rewards = settings.per_token
         ctx.failed = failed_mask(rows, padding)
         share = float(ctx.failed.sum()) / max(int((~padding).sum()), 1)
         check_failure_rate(trainer.__dict__.setdefault(STREAK_ATTR, []), share, rows, ctx.failed, settings)

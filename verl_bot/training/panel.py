@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from verl_bot.errors import VerlBotConfigError
 from verl_bot.knobs import enum_name
 from verl_bot.observe import panels, token_records
 from verl_bot.rewards.settings import bot_manager_in_use, manager_settings
@@ -42,10 +41,7 @@ class Panel:
 def panel_settings(config: Any) -> panels.PanelSettings:
     """The run's `algorithm.token_panel_*` knobs; a bad one is a `VerlBotConfigError` (the start-up checks refuse
     it before Ray; here it stops the first step)."""
-    try:
-        return panels.panel_settings(config.algorithm)
-    except ValueError as exc:
-        raise VerlBotConfigError(f"verl-bot: {exc}") from exc
+    return panels.PanelSettings.from_config(config.algorithm)
 
 
 def showing_trackers(tracking: Any) -> dict[str, Any]:
@@ -61,10 +57,10 @@ def local_of(config: Any):
     if not bot_manager_in_use(config):
         return None
     settings = manager_settings(config)
-    if not settings["token_level"] or not float(settings["w_local"]):
+    if not settings.per_token or not settings.w_local:
         return None
-    undo = panels.local_signal if settings["layout"] == "dense" else panels.local_signal_returns
-    w_global, w_local = float(settings["w_global"]), float(settings["w_local"])
+    undo = panels.local_signal if settings.layout == "dense" else panels.local_signal_returns
+    w_global, w_local = settings.w_global, settings.w_local
     return lambda rewards, scores, lengths: undo(rewards, scores, lengths, w_global, w_local)
 
 
