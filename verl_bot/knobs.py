@@ -1,28 +1,23 @@
 """How a knob is declared: one frozen dataclass per owner, one `knob(...)` per field, one reader.
 
-An estimator (`verl_bot.advantage`) or a policy loss (`verl_bot.losses`) keeps its knobs in verl's `algorithm`
-config as `+algorithm.<prefix><name>=...` (verl's own configs refuse keys they do not know). It declares them
-once, beside its code:
+A method (an estimator of `verl_bot.advantage`, a policy loss of `verl_bot.losses`) keeps its knobs in verl's
+`algorithm` config as `+algorithm.<prefix><name>=...`, declared once beside its code:
 
     @dataclass(frozen=True)
     class PureSettings(MethodSettings, prefix="pure_", label="PURE"):
         temperature: float = knob(0.1, bounds="(0, inf)", source="code", doc="T of the min-form softmax")
 
-and reads them with `PureSettings.from_config(algorithm)`, which refuses, in one line naming the key, the value
-and what the knob takes, a value of the wrong kind or out of bounds and a key of the method's prefix that it does
-not declare. Knobs kept under another config node declare it (`node=`: the `bot` manager's
-`reward.reward_kwargs.bot`, the PRM's `reward.reward_kwargs.bot.prm`) and are read from that node
-(`config_node`); `nested` names the node's keys that are mappings, not knobs (the manager's `scorers`): one that
-is a field of the class is taken as it is. The field's annotation is the knob's kind (`bool`, `int`, `float`,
-`str`, `tuple[str, ...]` for a list of texts, or a union of them: `bool | str`; `X | None` for a knob whose
-default is computed where it is read, passed to `from_config`, or resolved by the class); `bounds` is an interval
-of numbers (finite ones: `[0, inf)` is a finite number >= 0), `choices` the texts a `str` knob takes (`other`: what
-else it takes, and the test); `source` is where the default comes from, as docs/ALGORITHMS.md tags it: the
-method's `paper`, its authors' `code`, or `ours`. A value that several knobs decide together, or one the class
-resolves (a default from another knob), is checked and set in the class's `__post_init__`, after the base
-class's. The method's row in `ESTIMATORS` / `LOSSES` carries the class and the method's own start-up check (a
-`StartupCheck`), so the start-up checks (`verl_bot.launch.preflight`) ask every method in use without naming any,
-and docs/knobs.md's test reads every knob from the declarations.
+and read with `PureSettings.from_config(algorithm)`, which refuses in one line, naming the key, the value and what
+the knob takes, a value of the wrong kind or out of bounds and a key of the prefix it does not declare. The `bot`
+manager (`node="reward.reward_kwargs.bot"`, with its `nested` mappings `scorers` and `prm`), its PRM and the token
+panels declare theirs the same way (`config_node` finds a node). A field's annotation is the knob's kind: `bool`,
+`int`, `float`, `str`, `tuple[str, ...]` (a list of texts) or a union of them (`bool | str`); `X | None` where the
+default is computed where the knob is read (passed to `from_config`) or resolved by the class's `__post_init__`,
+which also checks what several knobs decide together. `bounds` is an interval of finite numbers, `choices` and
+`other` the texts a `str` knob takes, `source` where the default comes from as docs/ALGORITHMS.md tags it (`paper`,
+`code`: its authors', `ours`). A method's row in `ESTIMATORS` / `LOSSES` carries its class and its start-up check
+(`StartupCheck`), so `verl_bot.launch.preflight` asks every method in use without naming any; docs/knobs.md's test
+reads every knob from the declarations.
 """
 
 from __future__ import annotations
@@ -250,18 +245,18 @@ class MethodSettings:
         return next(spec for spec in cls.knobs() if spec.key == cls.prefix + name)
 
     @classmethod
-    def from_config(cls: type[T], node: Mapping[str, Any] | None, **computed: Any) -> T:
-        """The settings from their config node (verl's `algorithm` config, or the mapping at `cls.node`: a
-        DictConfig, a dict, or None: the defaults).
+    def from_config(cls: type[T], config: Mapping[str, Any] | None, **computed: Any) -> T:
+        """The settings from `config`, their config node (verl's `algorithm` config, or the mapping at `cls.node`:
+        a DictConfig, a dict, or None: the defaults).
 
         Each `<prefix><name>` key sets the knob `name`; a `nested` key that names a field of the class sets it as
         it is; `computed` gives the default of a knob the config leaves unset where it is computed (e.g. from
         verl's own keys), or a field that is no knob. Raises VerlBotConfigError in one line for a key of the prefix
         that names no knob, or a value the knob does not take.
         """
-        node = node if node is not None else {}
+        config = config if config is not None else {}
         keys = {spec.key: spec.key[len(cls.prefix) :] for spec in cls.knobs()}
-        given = {str(k): node[k] for k in node.keys() if str(k).startswith(cls.prefix)}
+        given = {str(k): config[k] for k in config.keys() if str(k).startswith(cls.prefix)}
         unknown = sorted(set(given) - set(keys) - set(cls.nested))
         if unknown:
             raise VerlBotConfigError(
