@@ -33,7 +33,7 @@ import verl_bot.plugin
 verl_bot.plugin.register()
 from transformers import AutoModelForCausalLM
 from verl_bot.advantage.grail import SETTINGS_KEY, SPAN_FIELD, GrailSettings, grail_weights, reweighted_rows
-from verl_bot.cpu.actor_engine import actor_batch, build_actor_engine, init_process_group, legacy_actor_batch
+from verl_bot.cpu.actor_engine import actor_batch, build_actor_engine, init_process_group
 from verl_bot.advantage.grail_update import micro_batch_weights
 from verl_bot.hooks.engine_forward_step import micro_batch_view
 sys.path.insert(0, sys.argv[2])
@@ -110,8 +110,8 @@ result["dynamic_micro_batches"] = len(out_dyn["metrics"]["grail/w_mean"].values)
 
 # the legacy trainer's layout (responses right-padded, sequences nested): the same weights, the same gradients
 def legacy(grail=True, weights=None):
-    td = legacy_actor_batch(seqs, prompts, adv_rows, old, extra={SPAN_FIELD: codes}, temperature=T,
-                            micro_batch_size=2, non_tensor={SETTINGS_KEY: settings.as_dict()} if grail else None)
+    td = actor_batch(seqs, prompts, adv_rows, old, extra={SPAN_FIELD: codes}, temperature=T, micro_batch_size=2,
+                     non_tensor={SETTINGS_KEY: settings.as_dict()} if grail else None, legacy=True)
     if weights is not None:
         td["advantages"] = td["advantages"] * pad(weights)
     return td

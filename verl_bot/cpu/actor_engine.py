@@ -86,80 +86,70 @@ def actor_batch(
     max_token_len: int = 4096,
     packed: bool = True,
     dynamic: bool = False,
+    legacy: bool = False,
 ):
-    """One actor (mini-)batch in the layout verl's worker fetches from TransferQueue.
+    """One actor (mini-)batch in the layout verl's worker gets it: fetched from TransferQueue (v1: every field
+    nested), or sent by the legacy trainer (`legacy`: `RayPPOTrainer._update_actor`'s `DataProto`, prompts left- and
+    responses right-padded, through `to_tensordict` and verl's `left_right_2_no_padding`: the sequences nested, every
+    response-aligned field (B, T) right-padded).
 
     Args:
         seqs: per row, prompt + response token ids (1-D int64). prompt_lens: per row.
         advantages: per row, A_i on every response token. old_log_probs: per row, (response length,).
-        extra: more nested response-aligned fields (e.g. GRAIL's span codes), per row.
+        extra: more response-aligned fields (e.g. GRAIL's span codes), per row.
         non_tensor: more non-tensor entries (what the trainer puts in `batch.extra_info`).
         temperature, micro_batch_size, max_token_len, packed (use_remove_padding), dynamic (use_dynamic_bsz):
             what verl's trainer and worker set on the batch.
 
     Returns:
-        a TensorDict of nested (jagged) tensors `input_ids`, `position_ids`, `prompts`, `responses`,
-        `response_mask`, `loss_mask`, `old_log_probs`, `advantages` (+ `extra`), and its non-tensor entries.
+        a TensorDict with `input_ids`, `position_ids`, `prompts`, `responses`, `response_mask`, `loss_mask`,
+        `old_log_probs`, `advantages` (+ `extra`), and its non-tensor entries.
     """
     from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
 
-    def nested(rows):
-        return torch.nested.as_nested_tensor(list(rows), layout=torch.jagged)
-
     resp = [s[p:] for s, p in zip(seqs, prompt_lens, strict=True)]
-    ones = [torch.ones(len(r), dtype=torch.long) for r in resp]
-    fields = {
-        "input_ids": nested(seqs),
-        "position_ids": nested(torch.arange(len(s)) for s in seqs),
-        "prompts": nested(s[:p] for s, p in zip(seqs, prompt_lens, strict=True)),
-        "responses": nested(resp),
-        "response_mask": nested(ones),
-        "loss_mask": nested(ones),
-        "old_log_probs": nested(old_log_probs),
-        "advantages": nested(torch.full((len(r),), float(a)) for r, a in zip(resp, advantages, strict=True)),
-    }
-    fields.update({name: nested(rows) for name, rows in (extra or {}).items()})
-    td = TensorDict(fields, batch_size=len(seqs))
+    rows = {"old_log_probs": list(old_log_probs),
+            "advantages": [torch.full((len(r),), float(a)) for r, a in zip(resp, advantages, strict=True)],
+            **{name: list(values) for name, values in (extra or {}).items()}}
+    td = legacy_fields(seqs, prompt_lens, rows) if legacy else TensorDict(v1_fields(seqs, prompt_lens, rows),
+                                                                            batch_size=len(seqs))
     tu.assign_non_tensor(
-        td,
-        temperature=temperature,
-        global_batch_size=len(seqs),
-        use_remove_padding=packed,
-        use_dynamic_bsz=dynamic,
-        micro_batch_size_per_gpu=micro_batch_size,
-        max_token_len_per_gpu=max_token_len,
-        calculate_entropy=False,
+        td, temperature=temperature, global_batch_size=len(seqs), use_remove_padding=packed, use_dynamic_bsz=dynamic,
+        micro_batch_size_per_gpu=micro_batch_size, max_token_len_per_gpu=max_token_len, calculate_entropy=False,
         **(non_tensor or {}),
     )
     return td
 
 
-def legacy_actor_batch(
-    seqs: Sequence[torch.Tensor],
-    prompt_lens: Sequence[int],
-    advantages: Sequence[float],
-    old_log_probs: Sequence[torch.Tensor],
-    extra: dict[str, Sequence[torch.Tensor]] | None = None,
-    non_tensor: dict[str, Any] | None = None,
-    temperature: float = 1.0,
-    micro_batch_size: int = 2,
-    max_token_len: int = 4096,
-    packed: bool = True,
-):
-    """The same (mini-)batch as `actor_batch` in the layout verl's legacy trainer sends (`RayPPOTrainer._update_actor`:
-    a `DataProto` of prompts left-padded and responses right-padded, `to_tensordict`, then verl's
-    `left_right_2_no_padding`): the sequences nested, every response-aligned field (B, T) right-padded."""
-    from verl.utils import tensordict_utils as tu
+def v1_fields(seqs, prompt_lens, rows: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The sequences and the response-aligned `rows`, every field nested (jagged), as TransferQueue holds them."""
+
+    def nested(values):
+        return torch.nested.as_nested_tensor(list(values), layout=torch.jagged)
+
+    ones = [torch.ones(len(s) - p, dtype=torch.long) for s, p in zip(seqs, prompt_lens, strict=True)]
+    return {
+        "input_ids": nested(seqs),
+        "position_ids": nested(torch.arange(len(s)) for s in seqs),
+        "prompts": nested(s[:p] for s, p in zip(seqs, prompt_lens, strict=True)),
+        "responses": nested(s[p:] for s, p in zip(seqs, prompt_lens, strict=True)),
+        "response_mask": nested(ones),
+        "loss_mask": nested(ones),
+        **{name: nested(values) for name, values in rows.items()},
+    }
+
+
+def legacy_fields(seqs, prompt_lens, rows: dict[str, list[torch.Tensor]]):
+    """The sequences and `rows` as the legacy trainer's update sends them: a padded `DataProto`'s fields through
+    verl's `left_right_2_no_padding`."""
+    from tensordict import TensorDict
     from verl.workers.utils.padding import left_right_2_no_padding
 
     width_p, width_r = max(prompt_lens), max(len(s) - p for s, p in zip(seqs, prompt_lens, strict=True))
     b = len(seqs)
     prompts, responses = torch.zeros(b, width_p, dtype=torch.long), torch.zeros(b, width_r, dtype=torch.long)
     attention = torch.zeros(b, width_p + width_r, dtype=torch.long)
-    rows = {"old_log_probs": old_log_probs, "advantages": [torch.full((len(s) - p,), float(a)) for s, p, a in
-                                                          zip(seqs, prompt_lens, advantages, strict=True)],
-            **(extra or {})}
     padded = {name: torch.zeros(b, width_r, dtype=values[0].dtype) for name, values in rows.items()}
     for i, (s, p) in enumerate(zip(seqs, prompt_lens, strict=True)):
         n = len(s) - p
@@ -167,16 +157,7 @@ def legacy_actor_batch(
         attention[i, width_p - p: width_p + n] = 1
         for name, values in rows.items():
             padded[name][i, :n] = values[i]
-    from tensordict import TensorDict
-
-    td = TensorDict({"input_ids": torch.cat([prompts, responses], 1), "attention_mask": attention,
-                     "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "prompts": prompts,
-                     "responses": responses, "response_mask": attention[:, width_p:].clone(), **padded},
-                    batch_size=b)
-    td = left_right_2_no_padding(td)
-    tu.assign_non_tensor(
-        td, temperature=temperature, global_batch_size=b, use_remove_padding=packed, use_dynamic_bsz=False,
-        micro_batch_size_per_gpu=micro_batch_size, max_token_len_per_gpu=max_token_len, calculate_entropy=False,
-        **(non_tensor or {}),
-    )
-    return td
+    return left_right_2_no_padding(TensorDict(
+        {"input_ids": torch.cat([prompts, responses], 1), "attention_mask": attention,
+         "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "prompts": prompts, "responses": responses,
+         "response_mask": attention[:, width_p:].clone(), **padded}, batch_size=b))
