@@ -1,17 +1,10 @@
-"""Advantage estimators: pure tensor functions, one module per method, and their table (put into verl's
+"""Advantage estimators: pure tensor functions, one module per method, and their table `ESTIMATORS` (put into verl's
 registry by `verl_bot.hooks.registries`).
 
-`ESTIMATORS` says, per estimator, what it reads besides verl's registry arguments:
-`streams` (named reward streams of the `bot` manager, `verl_bot.credit.streams`), `fields`
-(other fields of the trajectories, e.g. the response ids, which the trainer hook
-reads from TransferQueue into the batch context's `tensors`) and
-`token_level` (it reads the dense per-token rewards of the `bot` manager, so a
-scalar reward on the last token, or KL folded into the rewards, would make its
-advantages meaningless: the start-up checks refuse both). Each row also carries
-the estimator's knobs (`settings`, a `verl_bot.knobs.MethodSettings` class) and its
-own start-up check (`check`), which `verl_bot.launch.preflight` asks for the
-estimator in use. A new estimator is a pure function in its own module plus one
-row here.
+Each row (`EstimatorSpec`) says what its estimator reads besides verl's registry arguments (named reward streams,
+fields of the trajectories, the `bot` manager's dense token rewards), its knobs, its own start-up check (asked by
+`verl_bot.launch.preflight` for the estimator in use) and what it needs from the actor update. A new estimator is
+a pure function in its own module plus one row here: docs/architecture.md, section One seam per trainer.
 """
 
 from __future__ import annotations
@@ -32,9 +25,13 @@ class EstimatorSpec:
     knobs, its start-up check and what it needs from the actor update (`verl_bot.actor_needs`)."""
 
     fn: Callable[..., Any]
-    streams: tuple[str, ...] = ()
+    streams: tuple[str, ...] = ()  # named reward streams of the `bot` manager (`verl_bot.credit.streams`)
+    # it reads the `bot` manager's dense per-token rewards: a scalar reward on the last token, or KL folded into the
+    # rewards, would make its advantages meaningless, and the start-up checks refuse both
     token_level: bool = True
-    fields: tuple[str, ...] = ()  # TransferQueue fields of the trajectories, padded like the rewards
+    # TransferQueue fields of the trajectories (e.g. the response ids), padded like the rewards; the trainer hook
+    # reads them into the batch context's `tensors`
+    fields: tuple[str, ...] = ()
     settings: type[MethodSettings] | None = None  # its knobs (`verl_bot.knobs`), read and checked at start-up
     check: StartupCheck | None = None
     scalar_knob: str | None = None  # a bool knob (a settings field) with which it takes one scalar per response

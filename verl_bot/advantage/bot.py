@@ -1,45 +1,14 @@
-"""BoT-GRPO: Bag-of-Tokens Group Relative Policy Optimization (arXiv 2610.09804, Eq. 2-3).
+"""BoT-GRPO: Bag-of-Tokens Group Relative Policy Optimization (arXiv 2610.09804, Eq. 2-3) [paper].
 
-Every valid token reward of a group (the K rollouts of one prompt, verl's
-`uid`) goes into one bag; each token is weighted by 1/L_k, the inverse length
-of its rollout, so every rollout weighs the same however long it is:
+`bot_advantage` (and `bot_advantage_and_stats`, `bot_diagnostics`), its knobs (`BotSettings`,
+`+algorithm.bot_*`), the scalar-reward layout (`scalar_layout`, `broadcast_row_sums`) and the verl adapter
+`compute_bot_advantage` (`algorithm.adv_estimator=bot`). Each token of a group's bag weighs 1/(K L_k):
 
-    mu    = (1/K) * sum_k (1/L_k) * sum_t r_t^(k)
-    var   = (1/K) * sum_k (1/L_k) * sum_t (r_t^(k) - mu)^2        (population form)
-    A_t^(k) = (r_t^(k) - mu) / (max(sqrt(var), floor) + eps)   ("no std scaling": r_t^(k) - mu)
+    mu = (1/K) sum_k (1/L_k) sum_t r_t^(k),  var = (1/K) sum_k (1/L_k) sum_t (r_t^(k) - mu)^2
+    A_t^(k) = (r_t^(k) - mu) / (max(sqrt(var), floor) + eps)
 
-When every token of a rollout carries the same reward R_k this is GRPO with
-the population std on every token; duplicating every token of a rollout
-leaves mu and var unchanged (length invariance).
-
-Rollouts of several rows (`sessions`): a multi-output agent loop returns one rollout as several rows
-(verl keys them `{uid}_{session}_{j}`). Given each row's session, BoT's rollout unit is the session:
-L_k = sum_j L_{k,j} over its rows, each of its tokens weighs 1/(K L_k), and K counts sessions. That is
-exactly BoT of each session's rows joined into one row, so splitting a rollout changes nothing.
-
-Knobs (the paper's choice is the default; `compute_bot_advantage` reads them from verl's `algorithm` config):
-
-- `bot_length_weighting` (default True, the paper): each token weighs 1/(K L_k). False: plain token
-  pooling, every valid token of the group weighs 1/N (N = the group's number of valid tokens), so
-  mu = sum of all token rewards / N and var = sum of (r - mu)^2 / N; long rollouts then weigh more.
-- `bot_std_floor` (default 0.0, the paper): the std used for scaling is max(std, floor). In a tied group
-  (every rollout the same outcome) the only variance left is the local signal, and one token with
-  S = -0.01 among 8 x 4096 tokens gets A ~ -178; a floor bounds |A| by max|r - mu| / floor.
-- `bot_epsilon` (default 1e-6): added to the (floored) std.
-
-Numerics: one (B, T) work buffer, which becomes the output, and for a mask that is not float (verl's
-trainer passes int64) a one-byte copy of it. Both passes run over chunks of rows small enough to stay in
-the CPU's cache between their few operations, so each reads the rewards or the buffer from memory once.
-Pass 1 writes each valid reward minus its row's first valid reward (s_k) and reads back each row's sum
-and sum of squares; the group's mean
-and variance follow in O(B) float64 work as within-rollout plus between-rollout parts (the variance is
-recomputed directly for the rare row where the shift cancels more than 6 bits); pass 2 turns the
-buffer into the advantages in place. A group whose valid rewards are all equal therefore gets exactly
-0; a group with zero variance gets 0, never NaN or inf; padding gets 0; sums that overflow the dtype
-are redone in float64. Rows with no valid token take no part in their group (they are not counted in K).
-
-`bot_diagnostics` turns the statistics of a batch (`bot_advantage_and_stats`) into the metrics
-`adv_abs_max` and `tied_group_share`.
+The formula, knobs, properties, sessions (multi-output loops) and the two-pass numerics: docs/ALGORITHMS.md,
+section 1 (BoT-GRPO, Implementation, Diagnostics, Multi-output agent loops).
 """
 
 from __future__ import annotations

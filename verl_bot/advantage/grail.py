@@ -1,30 +1,12 @@
 """GRAIL: Gradient-Reweighted Advantage (arXiv 2606.04889), as in its authors' code (github.com/declare-lab/grail).
 
-GRAIL keeps GRPO's advantage A_i of each rollout and reweights it per token
-by how much the token's input drives the model's final answer. On every
-micro-batch of the actor update, with the model the update uses:
-
-1. answer span: the first complete answer of the response (the authors':
-   `\\boxed{...}`, marker and closing brace included; this project's AIME
-   prompts: `<final>...</final>`), as per-token codes (`SPAN_*` below);
-2. saliency: L_ans = -sum log p(answer tokens) (logits / sampling temperature);
-   g = dL_ans/de with e the input embeddings (a detached leaf: no parameter
-   gradient is touched); the score of response token t is s_t = ||g ⊙ e||_2
-   at the position that predicts t (the authors' `[-(T+1):-1]` slice);
-3. weights (`grail_weights`), per sequence over its valid tokens:
-       z_t = (log(s_t + 1e-8) - mean) / sqrt(var + 1e-8)
-       w_t = clip(w_mean + sigma_w * z_t, w_min, w_max)
-   then w = 1 on rollouts without an answer or outside the symmetry setting
-   (`wrong`: only rollouts with A_i <= 0 are reweighted), w = w_max on the
-   answer's content, w = w_mean on its marker/closing and after it;
-4. the policy loss sees A_{i,t} = w_t * A_i (the clipped PPO loss is unchanged).
-
-This module holds the pure parts: the answer span in the text and its token
-codes, the weight function, and the saliency of a causal LM (plain torch,
-any `transformers` CausalLM, FSDP2-sharded or not). The estimator registered
-as `algorithm.adv_estimator=grail` is verl's GRPO; the weights are applied
-inside verl's actor update by `verl_bot.hooks.engine_forward_step` (worker)
-with span codes and knobs from `verl_bot.hooks.v1.update_actor` (trainer).
+The pure parts: the answer span in the text and its per-token codes (`answer_span`, `span_codes`, `SPAN_*`), the
+saliency of a causal LM (`answer_saliency`: plain torch, any `transformers` CausalLM, FSDP2-sharded or not), the
+weights (`grail_weights`: w_t = clip(w_mean + sigma_w * z_t, w_min, w_max), z_t the log-saliency's z-score per
+sequence [code]), the knobs (`GrailSettings`, `+algorithm.grail_*`) and the setups refused at start-up
+(`startup_problem`). The estimator `algorithm.adv_estimator=grail` is verl's GRPO; the weights multiply the
+advantages inside verl's actor update (`verl_bot.advantage.grail_update`, `verl_bot.hooks.engine_forward_step`).
+The formulas, what is the authors' and what ours, knobs, metrics and cost: docs/ALGORITHMS.md, section GRAIL.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """GRAIL's part of the actor update (`NEEDS`, on its `ESTIMATORS` row): what the trainer ships, what the actor
 computes, what the iteration logs.
 
-1. trainer: each response's answer span as per-token codes (`response_span_codes`: the tokenizer's decoding, the
-   span found in the text, mapped to tokens with the exact char<->token mapping of
-   `verl_bot.credit.spans.token_char_spans`, no re-encoding), shipped as the update's field `SPAN_FIELD` with
-   the knobs under `SETTINGS_KEY`;
-2. actor, per micro-batch (`micro_batch_weights`): the saliency of the answer (`grail.answer_saliency`) under the
+1. trainer: each response's answer span as per-token codes (`response_span_codes`), shipped as the update's field
+   `SPAN_FIELD` with the knobs under `SETTINGS_KEY`;
+2. actor, per micro-batch (`micro_batch_weights`): the answer's saliency (`grail.answer_saliency`) under the
    engine's precision, then the weights (`grail.grail_weights`) that multiply the advantages;
-3. after the update (`step_metrics`): verl prefixes the worker's metrics `actor/` and averages them over the
-   update's mini-batches (a key containing "max" would be maxed instead, so the worker reports the share of
-   tokens at w_max as `w_cap_share`, logged as `grail/w_max_share`); the saliency time, summed over each
-   mini-batch's micro-batches, is multiplied by the number of mini-batches (`grail/saliency_s` is per
-   iteration); `grail/span_s` is the time of step 1.
+3. after the update (`step_metrics`): the worker's metrics under their `grail/` names.
+
+How it runs in verl: docs/ALGORITHMS.md, section GRAIL in a verl run.
 """
 
 from __future__ import annotations
@@ -52,7 +48,8 @@ def response_span_codes(tokenizer: Any, responses: list[list[int]], answer: str)
     """(n_i,) int8 span codes of each response's token ids (`verl_bot.advantage.grail.span_codes`).
 
     The text is the tokenizer's decoding (special tokens skipped), as the reward reads it; only a response with an
-    answer span goes through the token-by-token mapping.
+    answer span goes through the token-by-token mapping, the exact char<->token mapping of
+    `verl_bot.credit.spans.token_char_spans` (no re-encoding).
     """
     codes = []
     for ids in responses:
@@ -66,7 +63,7 @@ def response_span_codes(tokenizer: Any, responses: list[list[int]], answer: str)
 
 
 def token_fields(tokenizer: Any, responses: list[list[int]], knobs: dict) -> dict[str, list[np.ndarray]]:
-    """{`SPAN_FIELD`: the span codes of each response} (step 1)."""
+    """{`SPAN_FIELD`: the span codes of each response} (part 1)."""
     return {SPAN_FIELD: response_span_codes(tokenizer, responses, GrailSettings(**knobs).answer)}
 
 
@@ -77,7 +74,7 @@ def _pad(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def micro_batch_weights(mb: MicroBatch, knobs: dict) -> tuple[list[torch.Tensor], dict[str, float]]:
-    """GRAIL's weights of one micro-batch (step 2): one (n_i,) float32 tensor per response, and its diagnostics
+    """GRAIL's weights of one micro-batch (part 2): one (n_i,) float32 tensor per response, and its diagnostics
     (`grail.weight_stats`, plus `saliency_s`, the time of the saliency)."""
     settings = GrailSettings(**knobs)
     device = mb.labels.device
@@ -112,7 +109,13 @@ def mini_batches_per_step(config: Any, rows: int) -> int:
 
 def step_metrics(config: Any, metrics: dict, rows: int, fields_s: float) -> None:
     """The worker's GRAIL metrics under their iteration names, the saliency time per iteration, the span time
-    (step 3), in place."""
+    (part 3), in place.
+
+    verl prefixes the worker's metrics `actor/` and averages them over the update's mini-batches (a key containing
+    "max" would be maxed instead, so the worker reports the share of tokens at w_max as `w_cap_share`, logged as
+    `grail/w_max_share`). The saliency time, summed over each mini-batch's micro-batches, is therefore multiplied
+    by the number of mini-batches (`grail/saliency_s` is per iteration); `grail/span_s` is the time of part 1.
+    """
     for worker_key, step_key in STEP_METRICS.items():
         if worker_key in metrics:
             metrics[step_key] = float(metrics.pop(worker_key))

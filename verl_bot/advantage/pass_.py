@@ -1,50 +1,12 @@
 """PASS: Process Advantage Signal Shaping (arXiv 2606.29296), reconstructed from its abstract.
 
-The paper's abstract names three operations between a step-level process
-signal and GRPO's clipped surrogate; how each one is computed is ours (the
-full text was not available), and every open choice is a knob
-(`+algorithm.pass_<knob>`, defaults below). For rollout i of a group
-(verl's `uid`) with L_i response tokens and process signal s_{i,t}:
+`pass_advantage` and its verl adapter `compute_pass_advantage` (`algorithm.adv_estimator=pass`), the knobs
+(`PassSettings`, `+algorithm.pass_*`) and the metrics (`pass_metrics`). Three operations [paper], every
+formula [ours]: Chunk-by-Value (`value_chunks`), Divide-Length (`value_density`), Advantage Fusion:
 
-1. Chunk-by-Value [paper: "value-homogeneous chunks derived from the signal
-   itself, credit broadcast within a chunk"; rule ours]. Each token gets a
-   class: the sign of s_t, and 0 where |s_t| < dead_zone. A chunk is a maximal
-   run of consecutive tokens of one class. A run shorter than `min_chunk`
-   tokens joins the chunk before it (a short first run joins the first long
-   run; a rollout without a long run is one chunk). The chunk's value is the
-   mean of s over its tokens.
-2. Divide-Length [paper: "the cumulative return-to-go objective becomes an
-   average value density"; formula ours]. `density`:
-   - suffix (default): chunk j's return-to-go over its remaining length,
-         D_j = sum_{t >= start_j} c_{j(t)} / (L_i - start_j)
-     = the mean of s from the chunk's first token to the rollout's end,
-     broadcast over the chunk (at a chunk's first token it is the per-token
-     suffix density; inside a chunk the credit is the chunk's);
-   - sequence: D_i = sum_t s_t / L_i on every token (the whole rollout's density);
-   - chunk: D_t = c_{j(t)} (the chunk's own value).
-3. Advantage Fusion [paper: "process, outcome and format streams standardized
-   independently within each group, then combined"; operators and weights ours]:
-         A_{i,t} = Z_g(outcome)_i + format_coef * Z_g(format)_i + process_coef * Z_g^tok(D)_{i,t}
-   - Z_g: verl's GRPO operator over the group's rollouts, (x - mean) / (std + eps)
-     with the unbiased std; a group of one rollout keeps its raw value (as verl's
-     `grpo`); op=drgrpo drops the division (Dr.GRPO: x - mean). Computed in float64
-     around one member's value, so a group whose values are all equal gets exactly 0;
-   - Z_g^tok: BoT-GRPO's operator (`verl_bot.advantage.bot`) over the group's
-     tokens, each weighted 1/L_i (every rollout weighs the same), its std floored
-     at `std_floor` (`bot_std_floor`'s floor): in a group of equal outcomes only the
-     process signal varies, and without a floor a single small penalty is stretched
-     to unit variance whatever its size; op=drgrpo: centering only.
-   The paper evaluates two group-standardization operators; which two is not
-   known: `grpo` and `drgrpo` are our guess.
+    A_{i,t} = Z_g(outcome)_i + format_coef * Z_g(format)_i + process_coef * Z_g^tok(D)_{i,t}
 
-Reductions (tested): zero process and format streams give verl's GRPO advantage
-of the outcome; a rollout that is one chunk gets its whole density
-sum_t s_t / L_i under every `density`. Padding gets 0. Advantages and returns
-are the same tensor (as GRPO's).
-
-`pass_diagnostics` reports, besides each stream's share: `adv_abs_max` (the largest |A|), `tied_group_share`
-(groups whose outcomes and formats are all equal, where only the process term is left) and `floor_share`
-(groups whose process std is below the floor, where it binds).
+The formulas, knobs, reductions and metrics: docs/ALGORITHMS.md, section PASS.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """PURE: min-form credit assignment for process rewards (arXiv 2504.15275; code: github.com/CJReinforce/PURE).
 
-A baseline of the BoT-GRPO paper (docs/ALGORITHMS.md, PURE). For rollout i of a group
-(verl's `uid`) with steps s = 1..S_i (a step ends at a blank line; the last
-token ends the last step) of n_{i,s} tokens:
-
-    r_{i,s}  = clip(c * mean_{t in s} S_t, -1, 1)          process value of the step   [our mapping, below]
-    r*_{i,s} = softmax_s(-r_{i,.} / T)_s * r_{i,s}          min-form transform, T = 0.1 (~ the min step)
-    R_i = sum_s r*_{i,s},  L_i = number of tokens of rollout i
-    r*_{i,s} -= n_{i,s} * (sum_{j!=i} R_j) / (sum_{j!=i} L_j)   leave-one-out baseline per token of the step
-    v_i = (solved_i - 1) - mean_{j!=i} (solved_j - 1)           verifiable reward, leave-one-out
-    token rewards: r*_{i,s} on the step's last token, + coef * v_i on the last token
-    return_t = sum_{t' >= t} reward_{t'} (gamma = 1);  advantage_t = return_t, and 0 on step-end tokens
-
-as PURE's `process_experiences` (token baseline, the default) and its
-`rloo` returns with separator tokens masked (its default).
-
-Our mapping of verl-bot's reward streams to PURE's inputs (PURE reads a
-process reward model's per-step score in [-1, 1]): the step value is the mean
-local signal S_t of the step's tokens, times c (`pure_step_scale`, default 1),
-clipped to [-1, 1]; `solved` is the verdict's outcome (math `correct`, React
-`compiled`). A group of one rollout has no baseline (0). Rows without tokens
-take no part.
+A baseline of the BoT-GRPO paper: `pure_advantage` and its verl adapter `compute_pure_advantage`
+(`algorithm.adv_estimator=pure`), the knobs (`PureSettings`, `+algorithm.pure_*`). Step values (the mean local
+signal S_t of a blank-line step, scaled and clipped to [-1, 1]: our mapping) are min-form weighted
+(softmax_s(-r / T) * r [code]), a leave-one-out per-token baseline is taken off, the leave-one-out verifiable
+reward goes on the last token, and the advantage is the return-to-go, 0 on step-end tokens. The formulas and
+knobs: docs/ALGORITHMS.md, section 6 (PURE).
 """
 
 from __future__ import annotations

@@ -1,39 +1,13 @@
 """ReCo's response weights (Reweighting GRPO against distributional Concentration, arXiv 2607.26862).
 
-ReCo keeps GRPO's advantage and divides each response's contribution by its
-expected occurrence in the group, so that the few responses a concentrated
-policy keeps resampling do not drown out the rare ones:
+`reco_weights` (and `repeat_counts`), the knobs (`RecoSettings`, `+algorithm.reco_*`, shared with the loss
+`verl_bot/losses/reco.py`), the pairing metrics and the verl adapter `compute_reco_advantage`
+(`algorithm.adv_estimator=reco`): verl's `grpo` advantage of each response times its weight
 
-    A_i = GRPO(R)_i = (R_i - mean_g R) / (std_g R + eps)      verl's `grpo` on the summed token rewards
-    c_i = #{j in g: o_j = o_i}                                  copies of response i in its group (itself included)
-    s_i = (1/L_i) * sum_t log pi_old(o_i,t | h_i,t)             length-normalized sequence log-prob
-    pi_hat_i = c_i * exp(s_i) / sum_{j in g} exp(s_j)           occurrence=count_model (default)
-             = c_i / K                                          occurrence=count
-             = exp(s_i) / sum_{j in g} exp(s_j)                 occurrence=model
-    w_i = 1 / (K * pi_hat_i),  w_i <- min(w_i, w_max),  w_i <- w_i / mean_{j in g} w_j
-    advantage_i,t = w_i * A_i   on every response token
+    w_i = 1 / (K * pi_hat_i), clipped at w_max and rescaled to a group mean of 1.
 
-K is the number of the group's rollouts; two responses are copies when their valid
-token ids are the same. What is the paper's: w_i = 1/(G * pi_old(o_i|q)), the
-response's expected number of occurrences among G samples, and clipping the
-weights (w_max = 5, from a reimplementation). Ours, where the paper's text was not
-available: pi is length-normalized (the raw sequence probability makes 1/(K pi)
-astronomically large) and normalized within the group; the count c_i, the
-occurrence the group itself shows; the weights rescaled to a group mean of 1
-after the clip. `model` alone is nearly inert: after the rescale its weights are
-exp(-s_i) / mean_g exp(-s), which 7 copies of one response and 1 rarer one
-(s = -0.05, -0.3) turn into 0.966 and 1.24, the copies keeping 6.76/8 of the
-weight (7/8 under GRPO); with the count they keep 4/8: each distinct response of
-equal likelihood weighs the same, however often it was sampled. `count_model`
-is `model` with each response's share multiplied by its copies: `count` when
-the responses are equally likely, `model` when none repeats.
-
-A group of one rollout gets w = 1; rows without tokens get w = 1 and take no part
-in their group. All sums run in log space: never inf or NaN. The old log-probs and
-the response ids are not among verl's registry arguments: the batch context
-(`verl_bot.credit.context`, filled by the trainer hooks) carries them. A positive
-per-response weight commutes with PPO's clip, so folding it into A is exact for
-verl's vanilla (dual-clip) loss.
+The old log-probs and response ids come from the batch context (`verl_bot.credit.context`). The formulas,
+what is the paper's and what ours, the knobs and metrics: docs/ALGORITHMS.md, section ReCo.
 """
 
 from __future__ import annotations

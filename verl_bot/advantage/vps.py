@@ -1,26 +1,15 @@
 """GRPO-VPS: segment-wise progress from the model's belief in the correct answer (arXiv 2604.20659).
 
-Each rollout i is cut into segments k = 0..n_i-1 starting at tokens tau_0 = 0 < tau_1 < ... (cuts at
-high-surprisal tokens, chosen by the agent loop: `verl_bot.vps.probing`). At each cut the rollout server scores the
-correct answer a* appended after the prefix (teacher forcing, no sampling):
+`vps_advantage` and its verl adapter `compute_vps_advantage` (`algorithm.adv_estimator=vps`), the knobs
+(`VPSSettings`, `+algorithm.vps_*`), the probes' sampling parameters per engine (`probe_params`), the start-up
+check and the metrics. The cuts and probes are `verl_bot.vps.probing`'s; here each segment's progress
+D_k = v_{k+1} - v_k of the probed belief v is z-scored over the group's segments (std floored) and added to
+GRPO's advantage on the segment's tokens:
 
-    b_{i,k}   = log p(a* | x, y_{<tau_k}, template)               probe log-prob, stop-gradient
-    v_{i,k}   = exp(b_{i,k})  (space=prob)  or  max(b_{i,k}, floor)  (space=log)
-    v_{i,n_i} = solved_i  (prob)  or  max(log solved_i, floor)  (log)      value after the last segment
-    D_{i,k}   = v_{i,k+1} - v_{i,k}                                progress of segment k
-    D~_{i,k}  = (D_{i,k} - mu_g) / (max(sigma_g, floor) + eps)      z-score over the segments of the group g
-    A_{i,t}   = A^GRPO_i + alpha * D~_{i,k(t)}                      k(t): the segment holding token t
+    A_{i,t} = A^GRPO_i + alpha * D~_{i,k(t)}
 
-Paper: the probe of the correct answer at segment boundaries, progress = the change of that belief between
-adjacent boundaries, added to GRPO's trajectory advantage (abstract). Ours (the paper's full text was not
-available): the cut rule, the template, prob vs log, the value after the last segment (the verdict's `solved`),
-the z-score of progress over the group's segments (population std), its floor and every default
-(docs/ALGORITHMS.md, GRPO-VPS; docs/knobs.md). The floor (`vps_std_floor`, in the units of v: a probability, or
-nats in log space) keeps a group whose beliefs barely move (an all-unsolved group of a model that gives the answer
-1e-4, where GRPO gives 0) from having those changes, and the server's rounding noise, stretched to unit variance.
-
-Rows without probes (no ground truth, an empty response, every probe failed or too long) have no segments: their
-advantage is GRPO's. When `solved` is unknown (a reward without it), the last segment's progress is 0.
+The formulas, what is the paper's and what ours, the floor's measurement, edge cases and cost: docs/ALGORITHMS.md,
+sections GRPO-VPS and GRPO-VPS in a verl run.
 """
 
 from __future__ import annotations
