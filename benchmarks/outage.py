@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.component.test_outages import kill, reward_server, scoring_batch  # noqa: E402
-from tests.component.test_reward_manager import worker_for  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
+from tests.harness.manager import worker_for  # noqa: E402
+from tests.harness.servers import kill, reward_server, scoring_batch  # noqa: E402
 
 
 async def stream(worker, tokenizer, interval: float, seconds: float, events: dict) -> list[tuple]:

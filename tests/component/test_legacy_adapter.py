@@ -116,9 +116,10 @@ def legacy_batch(rewards: list[list[float]], uids: list[str], failed: list[bool]
     infos[:] = [{"score": 0.0, "scorer_failed": float(f)} for f in failed]
     ones = torch.ones(len(rewards), 1, dtype=torch.int64)
     return DataProto(
-        batch=TensorDict({"token_level_rewards": scores, "token_level_scores": scores.clone(), "rm_scores": scores.clone(),
-                          "response_mask": mask, "prompts": ones, "responses": mask.clone(),
-                          "attention_mask": torch.cat([ones, mask], 1)}, batch_size=len(rewards)),
+        batch=TensorDict({"token_level_rewards": scores, "token_level_scores": scores.clone(),
+                          "rm_scores": scores.clone(), "response_mask": mask, "prompts": ones,
+                          "responses": mask.clone(), "attention_mask": torch.cat([ones, mask], 1)},
+                         batch_size=len(rewards)),
         non_tensor_batch={"uid": np.array(uids, dtype=object), "reward_extra_info": infos,
                           "data_source": np.array(["toy"] * len(rewards), dtype=object),
                           **({DENSE_MARK: np.array([row_checksum(torch.tensor(r)) for r in rewards], dtype=object)}
@@ -191,7 +192,7 @@ def test_without_a_legacy_verl_bot_trainer_the_functions_are_verls():
 def test_the_legacy_step_sends_its_token_panel_to_verls_trackers(tokenizer, tmp_path, monkeypatch):
     """The legacy `fit` makes verl's `Tracking` itself: the step's panel and histograms reach real wandb (offline)
     and TensorBoard files through it, at the step's number, from the step's `DataProto`."""
-    from tests.component.test_tracking import offline_trackers, tensorboard_panels, wandb_panels
+    from tests.harness.trackers import offline_trackers, tensorboard_panels, wandb_panels
 
     config = compose_verl_config([*BOT, "trainer.logger=[wandb,tensorboard]", "trainer.total_training_steps=2"])
     trainer = SimpleNamespace(config=config, global_steps=1, total_training_steps=2, tokenizer=tokenizer)

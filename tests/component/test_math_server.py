@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -16,38 +15,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from reward_servers.common.fake_judge import FakeJudge, Rule, last_user_text
+from reward_servers.common.fake_judge import FakeJudge, last_user_text
 from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import ServerThread, create_app
 from reward_servers.math.config import MathConfig
 from reward_servers.math.server import MathScorer
 from tests.conftest import free_port
+from tests.harness.math_judge import RULES, steps
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def review_block(messages) -> str:
-    """The step under review in the judge prompt (between <<< and >>>)."""
-    m = re.search(r"<<<\n(.*)\n>>>", last_user_text(messages), re.S)
-    return m.group(1) if m else ""
-
-
-def step_reply(messages) -> str:
-    step = review_block(messages)
-    if "WRONG" in step:
-        return "The arithmetic is off.\nVERDICT: incorrect"
-    if "UNSURE" in step:
-        return "Cannot tell.\nVERDICT: uncertain"
-    if "GARBAGE" in step:
-        return "lorem ipsum dolor"
-    return "Fine.\nVERDICT: correct"
-
-
-RULES = [
-    Rule(pattern=r"<<<\n[^<]*HANG", delay_s=3.0, reply="VERDICT: correct"),
-    Rule(pattern=r"<<<\n[^<]*FAIL500", status=500),
-    Rule(reply=step_reply),
-]
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +55,6 @@ def score(srv, items, options=None, raw: bytes | None = None) -> list[dict]:
 def one(srv, response, gt=33, **kw) -> dict:
     item = {"id": "x", "prompt": "Compute 3 * 11.", "response": response, "ground_truth": gt, **kw}
     return score(srv, [item], kw.pop("options", None))[0]
-
-
-def steps(*texts, final="33") -> str:
-    body = "\n".join(f"<step {i}>{t}</step {i}>" for i, t in enumerate(texts, 1))
-    return f"{body}\n<final>{final}</final>" if final is not None else body
 
 
 # ----------------------------------------------------------------------------------------------- basics

@@ -12,9 +12,8 @@ from reward_servers.common.judge import JudgeConfig
 from reward_servers.common.service import ServerThread, create_app
 from reward_servers.math.config import MathConfig
 from reward_servers.math.server import MathScorer
-from tests.component.test_math_server import RULES, steps
-from tests.component.test_reward_manager import make_batch, worker_for
-from tests.reference import token_spans
+from tests.harness.manager import make_batch, token_spans, worker_for
+from tests.harness.math_judge import RULES, steps
 
 
 @pytest.fixture(scope="module")

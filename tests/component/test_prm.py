@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from tests.component.test_recipes import base_env, data_env, dry_run_args, last_line, run_recipe
-from tests.component.test_recipes import data as recipe_data  # noqa: F401 - a fixture: the recipes' parquet, fake GPUs
-from tests.component.test_reward_manager import make_batch, worker_for
 from tests.conftest import compose_verl_config
+from tests.harness import recipes
+from tests.harness.manager import make_batch, worker_for
+from tests.harness.recipes import recipe_data, recipe_node  # noqa: F401 - the fixtures `data` and `node`
 from verl_bot.credit.spans import token_char_spans
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.launch.preflight import check_config
@@ -349,17 +349,17 @@ def test_a_server_that_is_not_a_step_prm_stops_the_run(
 # ---- the AIME recipes ------------------------------------------------------------------------------
 
 
-def test_the_aime_recipes_pass_a_prm_and_refuse_it_where_s_goes_nowhere(recipe_data, prm_tokenizer_dir):  # noqa: F811
+def test_the_aime_recipes_pass_a_prm_and_refuse_it_where_s_goes_nowhere(data, node, prm_tokenizer_dir):
     """DRY_RUN=args on the fake node: a PRM_URL becomes the prm knobs (composed by Hydra, read by prm_settings); a
     PRM_MODEL_PATH gets GPUs of the node plan and the port the recipe serves it on; no step judge is required."""
-    args, err = dry_run_args("aime_qwen", recipe_data, ALGO="pure", PRM_URL="http://127.0.0.1:9", PRM_MODEL="prm",
-                             PRM_TOKENIZER=str(prm_tokenizer_dir), PRM_SCALE="0.5")
+    args, err = recipes.dry_run_args(node, "aime_qwen", data, ALGO="pure", PRM_URL="http://127.0.0.1:9",
+                                     PRM_MODEL="prm", PRM_TOKENIZER=str(prm_tokenizer_dir), PRM_SCALE="0.5")
     settings = prm.prm_settings(compose_verl_config(args))
     assert (settings.url, settings.model, settings.tokenizer) == ("http://127.0.0.1:9", "prm", str(prm_tokenizer_dir))
     assert (settings.step_tag, settings.transform, settings.scale, settings.combine) == (
         TAG, "centred", 0.5, "replace")
 
-    args, err = dry_run_args("aime_smollm", recipe_data, PRM_MODEL_PATH="Qwen/Qwen2.5-Math-PRM-7B")
+    args, err = recipes.dry_run_args(node, "aime_smollm", data, PRM_MODEL_PATH="Qwen/Qwen2.5-Math-PRM-7B")
     assert "+reward.reward_kwargs.bot.prm.url=\"http://127.0.0.1:8010\"" in args
     assert "PRM GPUs" in next(line for line in err.splitlines() if line.startswith("node plan:"))
 
@@ -367,6 +367,7 @@ def test_the_aime_recipes_pass_a_prm_and_refuse_it_where_s_goes_nowhere(recipe_d
         ("aime_phi", "grpo", "recipe: PRM_MODEL_PATH / PRM_URL with ALGO=grpo: the PRM's step scores are the local"),
         ("react_qwen", "bot", "recipe: PRM_MODEL_PATH / PRM_URL: a step PRM scores AIME's steps; the react recipes"),
     ]:
-        res = run_recipe(name, base_env(recipe_data, DRY_RUN="args", ALGO=algo, PRM_URL="http://127.0.0.1:9",
-                                        PRM_MODEL="prm", **data_env(name, recipe_data)))
-        assert res.returncode == 2 and last_line(res.stderr).startswith(line), res.stderr[-500:]
+        env = recipes.base_env(data, DRY_RUN="args", ALGO=algo, PRM_URL="http://127.0.0.1:9", PRM_MODEL="prm",
+                               **recipes.data_env(name, data))
+        res = recipes.run_recipe(name, env)
+        assert res.returncode == 2 and recipes.last_line(res.stderr).startswith(line), res.stderr[-500:]

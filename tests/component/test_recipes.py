@@ -30,91 +30,33 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from huggingface_hub import constants
 from omegaconf import OmegaConf
 
 from tests import fake_gpus
 from tests.conftest import compose_verl_config, free_port
+from tests.harness.recipes import (  # noqa: F401 - recipe_data, recipe_node: the fixtures `data` and `node`
+    base_env,
+    cpu_train_args,
+    data_env,
+    dry_run_args,
+    last_line,
+    recipe_data,
+    recipe_node,
+    run_recipe,
+)
 from verl_bot.launch import node_plan
 from verl_bot.launch.families import BY_RECIPE_TAG
 from verl_bot.observe import token_records
-from verl_bot.recipes import cpu_train, launch
-from verl_bot.recipes.algos import user_wins
-from verl_bot.recipes.env import Env
+from verl_bot.recipes import cpu_train
 from verl_bot.recipes.tables import RECIPES as TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ["react_qwen", "react_smollm", "react_phi", "aime_qwen", "aime_smollm", "aime_phi"]
 ALGOS = ["bot", "grpo", "gspo", "dapo", "pure", "pass", "reco"]
 MODELS = {tag: family.base_model for tag, family in BY_RECIPE_TAG.items()}  # verl_bot/launch/families.py: one place
-
-
-def base_env(data: dict, **extra: str) -> dict:
-    """A clean environment: nothing the recipes read leaks in from the caller's shell. The node is the recipes' own
-    (tests/fake_gpus.py's nvidia-smi: 8 idle 80 GB GPUs, whatever this machine has); the hub is not asked."""
-    env = {
-        "PATH": f"{data['home'] / 'smi'}:{os.environ['PATH']}",
-        "FAKE_GPUS": str(data["idle8"]),
-        "HF_HUB_OFFLINE": "1",
-        "HOME": str(data["home"]),
-        "PY": sys.executable,
-        "OUT_DIR": str(data["home"] / "out"),
-    }
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def run_recipe(name: str, env: dict, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`bash recipes/<name>.sh ARGS` in `env`, as a user types it."""
-    return subprocess.run(["bash", str(ROOT / "recipes" / f"{name}.sh"), *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-@dataclass
-class Ran:
-    """A recipe run in this process: its exit code, stdout lines, stderr."""
-
-    rc: int
-    out: list[str]
-    err: str
-
-
-@pytest.fixture
-def node(data, monkeypatch, capsys):
-    """`node(name, *args, **env)`: the recipe run in this process on the fake node (the nvidia-smi it asks is on this
-    process's PATH, its `FAKE_GPUS` the run's), as `bash recipes/<name>.sh` runs it with `base_env(data, **env)`."""
-
-    def run(name: str, *args: str, **env: str) -> Ran:
-        full = base_env(data, **env)
-        for key in ("PATH", "FAKE_GPUS"):
-            monkeypatch.setenv(key, full[key])
-        if "CUDA_VISIBLE_DEVICES" in full:
-            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", full["CUDA_VISIBLE_DEVICES"])
-        else:
-            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(data["home"] / ".cache/huggingface/hub"))
-        capsys.readouterr()
-        rc = launch.main(TABLE[name], full, list(args))
-        printed = capsys.readouterr()
-        return Ran(rc, printed.out.splitlines(), printed.err)
-
-    return run
-
-
-def data_env(name: str, data: dict) -> dict:
-    return {"DATA_DIR": str(data["react" if name.startswith("react") else "aime"])}
-
-
-def dry_run_args(node, name: str, data: dict, *user: str, **env: str) -> tuple[list[str], str]:
-    """The recipe's main_ppo overrides, as printed by DRY_RUN=args, and its stderr."""
-    ran = node(name, *user, **{"DRY_RUN": "args", **data_env(name, data), **env})
-    assert ran.rc == 0, ran.err[-2000:]
-    assert ran.out[:2] == ["-m", "verl.trainer.main_ppo"], ran.out[:3]
-    return ran.out[2:], ran.err
 
 
 def recipe_args(node, name: str, data: dict, **env: str) -> list[str]:
@@ -127,27 +69,6 @@ def missing_data_line(data_dir: Path) -> str:
         f"recipe: TRAIN_FILES: {data_dir / 'train.parquet'} does not exist. Make them (AIME 1983-2024 from the "
         f"Hugging Face hub): {sys.executable} {ROOT}/recipes/data/aime.py --out-dir {data_dir}"
     )
-
-
-def last_line(stderr: str) -> str:
-    return [line for line in stderr.splitlines() if line.strip()][-1]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict:
-    """verl parquet for both tasks: the React prompt set and the hand-written AIME sample."""
-    home = tmp_path_factory.mktemp("recipes")
-    py = sys.executable
-    for cmd in (
-        [py, "recipes/data/react.py", "--out-dir", str(home / "react")],
-        [py, "recipes/data/aime.py", "--input", "recipes/data/aime_sample.jsonl", "--out-dir", str(home / "aime")],
-    ):
-        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    fake_gpus.install(home / "smi")
-    fake_gpus.cache_config(home)  # a launch sizes its checkpoints and the actor's weights from the model's config
-    # no_aime: a fresh checkout, where the AIME data is not made yet
-    return {"home": home, "react": home / "react", "aime": home / "aime", "no_aime": home / "no_aime",
-            "idle8": fake_gpus.write_spec(home / "idle8.json")}
 
 
 FAKE_SERVE = """# a fake `vllm serve` (vllm.entrypoints.cli.main): answers GET /v1/models, records how it was started
@@ -472,12 +393,6 @@ def test_the_shell_entry_passes_the_users_overrides_last(data):
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.splitlines()[-3:] == USER
     assert "+algorithm.pure_temperature=0.1" not in res.stdout.splitlines()
-
-
-def cpu_train_args(algo: str, task: str, *user: str, **env: str) -> list[str]:
-    """recipes/cpu_train.sh's main_ppo arguments (its composition, as the run passes them)."""
-    run = cpu_train.cpu_run(Env({"ALGO": algo, "TASK": task, **env}), "/tmp/ray")
-    return [*user_wins(list(run.overrides), list(user)), *user]
 
 
 # What an algorithm is (the keys below): the same in the CPU run and in the GPU recipes, both from verl_bot/recipes/

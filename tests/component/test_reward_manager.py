@@ -18,15 +18,13 @@ import torch
 from tensordict import TensorDict
 from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
-from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
-from tests.conftest import compose_verl_config
+from tests.harness.manager import VOWELS, make_batch, reference_credit, reference_token_rewards, worker_for
 from verl_bot.advantage.bot import bot_advantage
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.rewards.builtin import toy_lint
 
-PROMPT = [{"role": "user", "content": "Write without vowels."}]
 RESPONSES = ["xyz qrst", "hello world", "aaa", "", "café 😀 ok", "zzz"]
 
 
@@ -69,87 +67,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
-
-
-def make_batch(tokenizer, responses, data_source="toy_lint", uids=None, pad_to=24):
-    """A right-padded DataProto like verl's: prompts (B, P), responses (B, T), attention_mask (B, P+T)."""
-    prompt_text = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=False)
-    prompt_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
-    rows = [tokenizer(r, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for r in responses]
-    width = max(pad_to, max(len(r) for r in rows))
-    responses_t = torch.full((len(rows), width), tokenizer.pad_token_id)
-    response_attn = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, ids in enumerate(rows):
-        responses_t[i, : len(ids)] = torch.tensor(ids)
-        response_attn[i, : len(ids)] = 1
-    prompts = torch.tensor([prompt_ids] * len(rows))
-    batch = TensorDict(
-        {
-            "prompts": prompts,
-            "responses": responses_t,
-            "attention_mask": torch.cat([torch.ones_like(prompts), response_attn], dim=1),
-        },
-        batch_size=len(rows),
-    )
-    n = len(rows)
-    non_tensor = {
-        "data_source": np.array([data_source] * n, dtype=object),
-        "reward_model": np.array([{"style": "rule", "ground_truth": None}] * n, dtype=object),
-        "extra_info": np.array([{"index": i} for i in range(n)], dtype=object),
-        "raw_prompt": np.array([PROMPT] * n + [None], dtype=object)[:n],
-        "uid": np.array(uids if uids is not None else ["g0"] * n, dtype=object),
-    }
-    return DataProto(batch=batch, non_tensor_batch=non_tensor), rows
-
-
-def worker_for(tiny_model_dir, *extra):
-    """verl's reward-loop worker with the `bot` manager, for `bot` (its dense rewards) unless `extra` says otherwise."""
-    config = compose_verl_config(
-        [f"actor_rollout_ref.model.path={tiny_model_dir}", "reward.reward_manager.name=bot",
-         "algorithm.adv_estimator=bot", *extra]
-    )
-    return RewardLoopWorker(config), config
-
-
-VOWELS = "aeiou"  # toy_lint's default forbidden characters
-
-
-def reference_coverage(tokenizer, ids):
-    """Slow reference of the characters each token produced, from the tokenizer's decoding alone (none of verl_bot's
-    span mapping): `[start, end)` per token in `tokenizer.decode(ids, skip_special_tokens=True)`.
-
-    Token t covers what decoding ids[:t+1] adds to decoding ids[:t] (a decode ending in an unfinished character
-    drops its U+FFFD); a non-special token that completes no character covers those of the next token that does; a
-    special token (EOS) covers none."""
-    covered, done = [], 0
-    for t in range(len(ids)):
-        prefix = tokenizer.decode(ids[: t + 1], skip_special_tokens=True)
-        prefix = prefix.rstrip("\ufffd") if t + 1 < len(ids) else prefix
-        covered.append((done, max(done, len(prefix))))
-        done = max(done, len(prefix))
-    special = set(tokenizer.all_special_ids)
-    for t in range(len(ids)):
-        if covered[t][0] == covered[t][1] and ids[t] not in special:
-            covered[t] = next((c for c in covered[t + 1 :] if c[1] > c[0]), covered[t])
-    return covered
-
-
-def reference_credit(tokenizer, ids):
-    """Slow reference of toy_lint's credit on the token ids `ids` (`reference_coverage`): (G, [S_t per token]).
-
-    G = 1 - 2 * vowels / non-space characters (-1 for an empty text); S = -1 on every vowel; S_t is the mean of S
-    over the token's characters, 0 for none."""
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    visible = [c for c in text if not c.isspace()]
-    g = 1.0 - 2.0 * sum(c in VOWELS for c in visible) / len(visible) if visible else -1.0
-    chars = [text[start:end] for start, end in reference_coverage(tokenizer, ids)]
-    return g, [-sum(c in VOWELS for c in piece) / len(piece) if piece else 0.0 for piece in chars]
-
-
-def reference_token_rewards(tokenizer, ids, w_global=1.0, w_local=1.0, shift=0.0):
-    """`w_g * (G + shift) + w_s * S_t` of `reference_credit` (`shift`: what shaping adds to G)."""
-    g, local = reference_credit(tokenizer, ids)
-    return [w_global * (g + shift) + w_local * s for s in local]
 
 
 def test_the_reference_by_hand(tokenizer):

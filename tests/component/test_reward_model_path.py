@@ -15,9 +15,9 @@ import threading
 import pytest
 from aiohttp import web
 
-from tests.component.test_reward_manager import make_batch
-from tests.component.test_run_safety import BOT, config
 from tests.conftest import compose_verl_config, free_port
+from tests.harness.config import BOT, config
+from tests.harness.manager import make_batch
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.launch.preflight import check_config
 

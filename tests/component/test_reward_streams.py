@@ -11,7 +11,7 @@ from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
-from tests.component.test_reward_manager import make_batch, reference_credit, reference_token_rewards, worker_for
+from tests.harness.manager import make_batch, reference_credit, reference_token_rewards, worker_for
 from verl_bot.advantage.pass_ import pass_advantage
 from verl_bot.advantage.pure import pure_advantage
 from verl_bot.credit.spans import token_char_spans

@@ -5,7 +5,6 @@ item is about verl (its composed config, `compute_advantage_for_multi_trajectori
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from tensordict import TensorDict
@@ -14,6 +13,8 @@ from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 from verl.trainer.ppo.v1 import trainer_base
 
 from tests.conftest import compose_verl_config
+from tests.harness.advantage_step import dense_group_batch, run_verl
+from tests.harness.config import BOT, config
 from verl_bot.advantage.bot import bot_advantage, broadcast_row_sums, scalar_layout
 from verl_bot.advantage.pure import pure_advantage
 from verl_bot.credit.context import BatchContext, current, use_context
@@ -28,17 +29,6 @@ from verl_bot.training.failures import exclusion_uids
 
 
 # ------------------------------------------------------------------------------------------- start-up
-def config(tmp_path, *overrides, data_sources=("toy_lint",)):
-    """verl's composed ppo_trainer config with local train/val parquet files holding `data_sources`."""
-    path = tmp_path / "train.parquet"
-    prompts = [[{"role": "user", "content": "x"}]] * len(data_sources)
-    pd.DataFrame({"data_source": list(data_sources), "prompt": prompts}).to_parquet(path)
-    return compose_verl_config([f"data.train_files={path}", f"data.val_files={path}", *overrides])
-
-
-BOT = ("algorithm.adv_estimator=bot", "reward.reward_manager.name=bot")
-
-
 def test_a_valid_bot_run_passes_and_plain_verl_is_not_checked(tmp_path):
     check_config(config(tmp_path, *BOT))
     check_config(config(tmp_path, "algorithm.adv_estimator=grpo", "reward.reward_manager.name=naive",
@@ -100,21 +90,6 @@ def scalar_batch():
     return rewards, mask
 
 
-def run_verl(estimator, rewards, mask, uids, algorithm=None, keys=None):
-    """verl's `compute_advantage_for_multi_trajectories` as the v1 trainer calls it (its trainer_base global)."""
-    data = DataProto(
-        batch=TensorDict(
-            {"token_level_rewards": rewards.clone(), "token_level_scores": rewards.clone(), "response_mask": mask},
-            batch_size=len(rewards),
-        ),
-        non_tensor_batch={"uid": np.array(uids, dtype=object)},
-    )
-    cfg = compose_verl_config([f"algorithm.adv_estimator={estimator}", *(algorithm or [])]).algorithm
-    keys = keys or [f"{u}_{i}_0" for i, u in enumerate(uids)]
-    run = trainer_base.compute_advantage_for_multi_trajectories
-    return run(data, batch_keys=keys, adv_estimator=estimator, config=cfg)
-
-
 def test_scalar_layout_is_detected_exactly():
     rewards, mask = scalar_batch()
     assert scalar_layout(rewards, mask)
@@ -166,16 +141,6 @@ def test_exclusion_uids_hand_computed():
     assert list(new) == ["a#failed0", "a", "a", "b#failed3", "b", "c"]
     # a keeps two valid rollouts; b is left with one (no group to compare it with); c had no failure
     assert list(zero) == [True, False, False, True, True, False]
-
-
-def dense_group_batch(seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    lengths = [5, 3, 4, 6, 2, 5]
-    mask = torch.tensor([[1.0 if t < n else 0.0 for t in range(6)] for n in lengths])
-    rewards = torch.randn(6, 6, generator=gen) * mask
-    uids = ["a", "a", "a", "b", "b", "b"]
-    failed = torch.tensor([False, True, False, False, False, True])
-    return rewards, mask, uids, failed
 
 
 @pytest.mark.parametrize("estimator", ["bot", "grpo"])

@@ -3,8 +3,8 @@ Debian's Chromium (headless, through the React server's playwright-core), checke
 
 The records in `tests/fixtures/token_report/` were written by `make demo` (seed 0, 20 steps of 8 prompts x 4
 rollouts; the `bot` and `grpo` runs record the same 4 prompts of step 20, `+algorithm.token_report_steps`),
-with the runs' metrics cut to the keys the report reads. `tests/e2e/test_cpu_e2e.py` checks that such records are
-exactly what verl's trainer wrote (token ids, rm_scores, advantages).
+with the runs' metrics cut to the keys the report reads. `check_token_records` (tests/harness/trainer.py) checks
+that such records are exactly what verl's trainer wrote (token ids, rm_scores, advantages).
 """
 
 from __future__ import annotations

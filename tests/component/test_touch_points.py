@@ -8,7 +8,6 @@ it: a `sitecustomize` on PYTHONPATH schedules, ahead of verl-bot's steps, one re
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,9 +16,10 @@ import time
 import pytest
 
 from tests.conftest import compose_verl_config
+from tests.harness.touch_points import json_report
+from verl_bot.advantage import ESTIMATORS
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.hooks import PLAN, TRAINER_PATHS, VLLM_ROLLOUT, touch_points
-from verl_bot.advantage import ESTIMATORS
 from verl_bot.hooks.compat import Finding, collecting, supports
 from verl_bot.losses import LOSSES
 
@@ -49,14 +49,6 @@ def moved_verl(tmp_path_factory) -> dict[str, str]:
     (folder / "sitecustomize.py").write_text(MOVED)
     path = os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return {**os.environ, "PYTHONPATH": path, "VERL_PLATFORM": "cpu"}
-
-
-def json_report(env: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict]:
-    """`python -m verl_bot.hooks.touch_points --json` in `env`: the process and its report (the JSON after what
-    verl's imports print)."""
-    proc = subprocess.run([sys.executable, "-m", "verl_bot.hooks.touch_points", "--json"], capture_output=True,
-                          text=True, timeout=300, env=env)
-    return proc, json.loads(proc.stdout[proc.stdout.index("{\n"):]) if "{\n" in proc.stdout else {}
 
 
 def test_every_touch_point_of_both_trainer_paths_is_found_in_the_installed_verl():

@@ -25,9 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reward_servers.math.rule_judge import Chain, check_step, parse_chain, rule_judge_steps
-from tests.component.test_reward_manager import make_batch, worker_for
 from tests.conftest import compose_verl_config, free_port
-from tests.reference import token_local, token_pieces
+from tests.harness.manager import make_batch, token_local, token_pieces, worker_for
 from verl_bot.cpu import toy_math as task
 from verl_bot.credit.verdict import validate_verdict
 from verl_bot.rewards.builtin import toy_lint, toy_math

@@ -23,8 +23,8 @@ from tests.conftest import compose_verl_config
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks.legacy.batch import ProtoBatch
 from verl_bot.hooks.v1.batch import TQBatch
-from verl_bot.training.batch import record_rows, token_values
 from verl_bot.hooks.v1.replay_buffer import arm, in_put_order
+from verl_bot.training.batch import record_rows, token_values
 from verl_bot.training.context import failed_mask
 
 

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from verl.utils.reward_score import default_compute_score, gsm8k
 
-from tests.component.test_reward_manager import make_batch, worker_for
-from tests.reference import token_local, token_pieces
+from tests.harness.manager import make_batch, token_local, token_pieces, worker_for
 from verl_bot.credit.verdict import InvalidVerdict
 from verl_bot.errors import FATAL_KEY
 from verl_bot.rewards.builtin import toy_lint

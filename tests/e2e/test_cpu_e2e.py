@@ -1,6 +1,6 @@
 """End-to-end: verl 0.9.1's real trainer (`python -m verl.trainer.main_ppo`, v1) on the CPU backend.
 
-Each test starts the real trainer in a subprocess with the overrides of
+Each test starts the real trainer in a subprocess (`Run` of tests/harness/trainer.py) with the overrides of
 `verl_bot/cpu/overrides.txt`, a tiny Qwen2 model built locally, and a tiny
 `toy_lint` dataset. What the tests read back, all without forking verl:
 
@@ -31,382 +31,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.component.test_outages import kill, reward_server
 from tests.conftest import free_port
-from verl_bot.advantage.bot import bot_advantage
-from verl_bot.cpu import overrides
-from verl_bot.observe.token_records import read_records, recorded_files
+from tests.harness.references import reference_pure
+from tests.harness.servers import kill, reward_server
+from tests.harness.trainer import Run, advantage_records, marked_pids
 
 pytestmark = pytest.mark.timeout(900)
-
-MARK_ENV = "VERL_BOT_TEST_RUN"
-
-PROBE = '''
-"""Test probe (loaded by verl via VERL_USE_EXTERNAL_MODULES in every verl process): records what the
-estimators receive, the advantages of the whole advantage step, and the advantages at the actor's update."""
-import json, os, zlib
-import torch
-import verl_bot.plugin
-verl_bot.plugin.register()
-from verl.trainer.ppo import core_algos, ray_trainer
-from verl.trainer.ppo.v1 import trainer_base
-from verl_bot.credit.context import current
-from verl_bot.rewards.builtin import toy_lint
-
-
-def _write(record, env="VB_PROBE_FILE"):
-    with open(os.environ[env], "a") as f:
-        f.write(json.dumps(record) + "\\n")
-
-
-def flaky_toy_lint(prompt, response, ground_truth=None, extra_info=None):
-    """toy_lint, but the scorer fails (raises) on a third of the responses, deterministically by their text."""
-    if zlib.crc32(response.encode()) % 3 == 0:
-        raise RuntimeError("flaky scorer: simulated timeout")
-    return toy_lint(prompt, response, ground_truth, extra_info)
-
-
-_bot = core_algos.get_adv_estimator_fn("bot")
-
-
-def bot_probe(*args, **kwargs):
-    """token_level_rewards, response_mask: [B, T]. Records per-row stats, then runs the real `bot`."""
-    rewards = kwargs["token_level_rewards"] if "token_level_rewards" in kwargs else args[0]
-    mask = kwargs["response_mask"] if "response_mask" in kwargs else args[1]
-    r = rewards.detach().float()
-    m = mask.detach().bool()
-    pos = torch.arange(m.shape[1]).expand_as(m)
-    last = torch.where(m, pos, torch.full_like(pos, -1)).max(dim=1).values  # [B]
-    rows = []
-    for i in range(r.shape[0]):
-        valid = r[i][m[i]]
-        rows.append({
-            "length": int(m[i].sum()),
-            "nonzero": int((valid != 0).sum()),
-            "nonzero_before_last": int(((r[i] != 0) & m[i] & (pos[i] != last[i])).sum()),
-            "distinct": int(torch.unique(valid).numel()),
-            "sum": float(valid.sum()),
-        })
-    _write({"estimator": "bot", "shape": list(r.shape), "mask_dtype": str(mask.dtype), "rows": rows})
-    return _bot(*args, **kwargs)
-
-
-core_algos.ADV_ESTIMATOR_REGISTRY["bot"] = bot_probe
-_pure = core_algos.get_adv_estimator_fn("pure")
-
-
-def pure_probe(*args, **kwargs):
-    """Records the reward streams the `pure` estimator finds active, then runs the real `pure`."""
-    from verl_bot.credit.streams import active_streams
-    mask = kwargs["response_mask"]
-    streams = active_streams("pure", ("local", "step_end", "outcome"), mask)
-    advantages, returns = _pure(*args, **kwargs)
-    m = mask.bool()
-    rows = [{
-        "length": int(m[i].sum()),
-        "local_nonzero": int((streams["local"][i][m[i]] != 0).sum()),
-        "step_ends": int(streams["step_end"][i][m[i]].sum()),
-        "outcome_sum": float(streams["outcome"][i].sum()),
-        "outcome_padding": float(streams["outcome"][i][~m[i]].abs().sum()),
-        "adv_nonzero": int((advantages[i][m[i]] != 0).sum()),
-    } for i in range(mask.shape[0])]
-    _write({"estimator": "pure", "shape": list(mask.shape), "rows": rows})
-    return advantages, returns
-
-
-core_algos.ADV_ESTIMATOR_REGISTRY["pure"] = pure_probe
-_advantage_step = trainer_base.compute_advantage_for_multi_trajectories
-
-
-def advantage_step_probe(data, *args, **kwargs):
-    """The whole advantage step (verl-bot's hook inside): per row uid, rewards, old log-probs, advantages, failed."""
-    out = _advantage_step(data, *args, **kwargs)
-    ctx = current()
-    mask = out.batch["response_mask"].bool()
-    failed = ctx.failed.tolist() if ctx is not None and ctx.failed is not None else [False] * len(mask)
-    _write_advantage_rows(out, failed)
-    return out
-
-
-def _write_advantage_rows(out, failed):
-    mask = out.batch["response_mask"].bool()
-    rows = []
-    for i in range(len(mask)):
-        rows.append({
-            "uid": str(out.non_tensor_batch["uid"][i]),
-            "failed": bool(failed[i]),
-            "rewards": out.batch["token_level_rewards"][i][mask[i]].tolist(),
-            "old_log_probs": out.batch["old_log_probs"][i][mask[i]].tolist(),
-            "advantages": out.batch["advantages"][i][mask[i]].tolist(),
-        })
-    _write({"step": "advantage", "mask_dtype": str(out.batch["response_mask"].dtype), "rows": rows})
-
-
-trainer_base.compute_advantage_for_multi_trajectories = advantage_step_probe
-_legacy_advantage = ray_trainer.compute_advantage
-
-
-def legacy_advantage_probe(data, *args, **kwargs):
-    """The legacy trainer's advantage step (verl-bot's hook inside), recorded as `advantage_step_probe` does; a
-    failed row is read from its own `reward_extra_info` (the scorer's verdict), not from verl-bot's context."""
-    out = _legacy_advantage(data, *args, **kwargs)
-    infos = out.non_tensor_batch.get("reward_extra_info", [{}] * len(out))
-    _write_advantage_rows(out, [float((info or {}).get("scorer_failed", 0) or 0) > 0 for info in infos])
-    return out
-
-
-ray_trainer.compute_advantage = legacy_advantage_probe
-_vanilla = core_algos.POLICY_LOSS_REGISTRY["vanilla"]
-
-
-def vanilla_probe(old_log_prob, log_prob, advantages, response_mask, *args, **kwargs):
-    """At the actor's update (a worker process): each row's old log-probs and the advantages the loss uses."""
-    m = response_mask.bool()
-    rows = [{"old_log_probs": old_log_prob[i][m[i]].tolist(), "advantages": advantages[i][m[i]].tolist()}
-            for i in range(len(m))]
-    _write({"step": "loss", "rows": rows})
-    return _vanilla(old_log_prob, log_prob, advantages, response_mask, *args, **kwargs)
-
-
-core_algos.POLICY_LOSS_REGISTRY["vanilla"] = vanilla_probe
-
-if os.environ.get("VB_INJECT") == "weight_sync":  # loading the trainer's weights fails inside vLLM's worker
-    import time
-    import sys
-    from verl_bot.hooks.on_import import when_imported
-
-    def _failing_update():
-        def _update_weights(self, *args, **kwargs):
-            _write({"injected_at": time.time()})
-            raise RuntimeError("injected: this bucket cannot be loaded")
-
-        utils = sys.modules["verl.workers.rollout.vllm_rollout.utils"]
-        utils.vLLMColocateWorkerExtension._update_weights = _update_weights
-
-    when_imported("verl.workers.rollout.vllm_rollout.utils", _failing_update)
-'''
-
-
-# ----------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory, tiny_model_dir) -> Path:
-    """Tiny model + tokenizer (with ChatML template, from conftest), a toy_lint dataset, and the probe module."""
-    root = tmp_path_factory.mktemp("cpu_e2e")
-    (root / "model").symlink_to(tiny_model_dir, target_is_directory=True)
-    import pandas as pd
-
-    words = ["good", "bad", "ok", "fine", "great", "yes", "no", "poor"]
-    rows = []
-    for i in range(32):
-        gt = {"forbidden": "aeiou"} if i % 2 == 0 else None  # ground_truth may be absent for toy_lint
-        rows.append(
-            {
-                "data_source": "toy_lint",
-                "prompt": [{"role": "user", "content": f"Write {words[i % len(words)]} text number {i}"}],
-                "ability": "lint",
-                "reward_model": {"style": "rule", "ground_truth": gt},
-                "extra_info": {"index": i, "split": "train"},
-            }
-        )
-    df = pd.DataFrame(rows)
-    df.to_parquet(root / "train.parquet")
-    df.iloc[:8].to_parquet(root / "val.parquet")
-    # seven prompts in eight scored by a scorer that fails on a third of the responses (vb_probe.flaky_toy_lint),
-    # the rest by toy_lint's: no failure in a whole run has odds 3e-5 (with every other prompt: 1% of the runs)
-    sources = (["toy_lint"] + ["toy_flaky"] * 7) * 4
-    df.assign(data_source=sources).to_parquet(root / "train_flaky.parquet")
-    # in order (data.shuffle=False, 4 prompts a step): step 1 toy_lint, step 2 a data source of a reward server
-    df.iloc[:8].assign(data_source=["toy_lint"] * 4 + ["toy_remote"] * 4).to_parquet(root / "train_remote.parquet")
-    # in order (4 prompts a step): every step two toy_lint prompts and two of a math server's (answer 7)
-    remote = [{"data_source": "toy_remote", "reward_model": {"style": "rule", "ground_truth": "7"}}, {}]
-    pd.DataFrame([{**row, "reward_model": {"style": "rule", "ground_truth": None}, **remote[i % 2]}
-                  for i, row in enumerate(rows)]).to_parquet(root / "train_restart.parquet")
-    (root / "probe").mkdir()
-    (root / "probe" / "vb_probe.py").write_text(PROBE)
-    return root
-
-
-# ------------------------------------------------------------------------------------------ helpers
-def _marked_pids(mark: str) -> list[int]:
-    """Processes (other than this one) whose environment carries our run tag: the trainer and all its Ray processes."""
-    needle = f"{MARK_ENV}={mark}".encode()
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            env = (d / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(d.name))
-    return found
-
-
-def _kill_marked(mark: str) -> None:
-    for pid in _marked_pids(mark):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-class Run:
-    """One `python -m verl.trainer.main_ppo` subprocess on the CPU backend."""
-
-    def __init__(self, workdir: Path, name: str, extra: list[str], model: Path | None = None, steps: int = 2,
-                 rollout: str = "hf"):
-        self.dir = workdir / name
-        shutil.rmtree(self.dir, ignore_errors=True)
-        self.dir.mkdir()
-        self.mark = uuid.uuid4().hex
-        self.ray_dir = tempfile.mkdtemp(prefix="vbray", dir="/tmp")  # short: Ray's socket paths have a length limit
-        self.log = self.dir / "trainer.log"
-        self.rollout_log = self.dir / "rollout.jsonl"
-        self.metrics = self.dir / "metrics.jsonl"
-        self.probe = self.dir / "probe.jsonl"
-        self.cmd = [
-            sys.executable,
-            "-m",
-            "verl.trainer.main_ppo",
-            *overrides(rollout=rollout),
-            f"+ray_kwargs.ray_init._temp_dir={self.ray_dir}",
-            f"data.train_files={workdir / 'train.parquet'}",
-            f"data.val_files={workdir / 'val.parquet'}",
-            "data.train_batch_size=4",
-            "data.max_prompt_length=64",
-            "data.max_response_length=32",
-            f"actor_rollout_ref.model.path={model or workdir / 'model'}",
-            "actor_rollout_ref.rollout.n=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
-            "actor_rollout_ref.actor.use_kl_loss=False",
-            "actor_rollout_ref.actor.optim.lr=1e-3",
-            "algorithm.use_kl_in_reward=False",
-            "trainer.logger=[console,file]",
-            "trainer.project_name=verl_bot_test",
-            f"trainer.experiment_name={name}",
-            "trainer.val_before_train=False",
-            "trainer.test_freq=-1",
-            "trainer.save_freq=-1",
-            f"trainer.total_training_steps={steps}",
-            f"trainer.default_local_dir={self.dir / 'ckpt'}",
-            *extra,
-        ]
-        self.env = dict(os.environ)
-        if self.env.get("CUDA_VISIBLE_DEVICES") == "":
-            del self.env["CUDA_VISIBLE_DEVICES"]
-        self.env.update(
-            {
-                "VERL_PLATFORM": "cpu",
-                "ROLLOUT": rollout,  # when the command is recipes/cpu_train.sh
-                MARK_ENV: self.mark,
-                "VERL_FILE_LOGGER_PATH": str(self.metrics),
-                "VERL_BOT_HF_ROLLOUT_LOG": str(self.rollout_log),
-                "VB_PROBE_FILE": str(self.probe),
-                "VERL_USE_EXTERNAL_MODULES": "vb_probe",
-                "PYTHONPATH": os.pathsep.join([str(workdir / "probe"), self.env.get("PYTHONPATH", "")]).rstrip(
-                    os.pathsep
-                ),
-                "HYDRA_FULL_ERROR": "1",
-                "RAY_DEDUP_LOGS": "0",
-            }
-        )
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> Run:
-        self._fh = open(self.log, "wb")
-        self.proc = subprocess.Popen(
-            self.cmd,
-            env=self.env,
-            stdout=self._fh,
-            stderr=subprocess.STDOUT,
-            cwd=self.dir,
-            # a test session started in the background by a shell without job control inherits SIGINT
-            # ignored, and Python then installs no KeyboardInterrupt handler: give the trainer the default
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-        return self
-
-    def output(self, tail: int = 0) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return text[-tail:] if tail else text
-
-    def wait(self, timeout: float) -> int:
-        """Wait for the trainer to exit; on timeout kill this run's processes and fail naming what usually hangs."""
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.cleanup()
-            text = self.output()
-            hints = [ln for ln in text.splitlines() if "cannot be scheduled" in ln or "Waiting for" in ln][-5:]
-            pytest.fail(
-                f"verl's trainer did not finish within {timeout:.0f}s. A shortage of Ray resources makes verl hang "
-                "instead of fail; check: logical CPUs (ray_kwargs.ray_init.num_cpus: task runner, TransferQueue, "
-                "agent-loop and reward-loop workers hold one each), logical GPUs (+ray_kwargs.ray_init.num_gpus "
-                "must equal trainer.n_gpus_per_node * trainer.nnodes), TransferQueue storage units "
-                "(transfer_queue.backend.SimpleStorage.num_data_storage_units), CUDA_VISIBLE_DEVICES set but empty; "
-                "or the machine is overloaded.\nRay said: "
-                + ("\n".join(hints) or "(nothing about resources)")
-                + f"\n--- last lines of {self.log} ---\n"
-                + text[-4000:]
-            )
-
-    def finish(self, timeout: float = 420, tail: int = 6000) -> Run:
-        """Start the trainer, wait for it and clean up; assert that it succeeded (its log's tail if not)."""
-        self.start()
-        try:
-            rc = self.wait(timeout=timeout)
-        finally:
-            self.cleanup()
-        assert rc == 0, self.output(tail)
-        return self
-
-    def records(self, path: Path | None = None) -> list[dict]:
-        """The JSON lines of `path` (default: the probe's file)."""
-        return [json.loads(ln) for ln in (path or self.probe).read_text().splitlines() if ln.strip()]
-
-    def rollout_events(self) -> list[dict]:
-        if not self.rollout_log.exists():
-            return []
-        return [json.loads(ln) for ln in self.rollout_log.read_text().splitlines() if ln.strip()]
-
-    def wait_for_event(self, pred, timeout: float) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for ev in self.rollout_events():
-                if pred(ev):
-                    return ev
-            if self.proc is not None and self.proc.poll() is not None:
-                pytest.fail(
-                    f"trainer exited ({self.proc.returncode}) before the awaited rollout event:\n" + self.output(4000)
-                )
-            time.sleep(0.5)
-        self.cleanup()
-        pytest.fail(
-            f"no such rollout server event within {timeout:.0f}s (see Run.wait for what usually hangs):\n"
-            + self.output(4000)
-        )
-
-    def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        _kill_marked(self.mark)
-        if getattr(self, "_fh", None):
-            self._fh.close()
-        shutil.rmtree(self.ray_dir, ignore_errors=True)
-
 
 # -------------------------------------------------------------------------------------------- tests
 def test_grpo_with_the_bot_manager_a_reward_server_restarted_mid_run_and_ctrl_c(workdir):
@@ -440,17 +76,17 @@ def test_grpo_with_the_bot_manager_a_reward_server_restarted_mid_run_and_ctrl_c(
         server = reward_server("math", port)  # returns once its /health answers
         back = last_logged_step(run)  # the steps after the next one start with the server up
         _wait_for_step(run, back + 2, timeout=300)
-        assert len(_marked_pids(run.mark)) > 3  # the trainer and its Ray processes, found by our tag
+        assert len(marked_pids(run.mark)) > 3  # the trainer and its Ray processes, found by our tag
         run.proc.send_signal(signal.SIGINT)
         try:
             run.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             pytest.fail("trainer did not exit within 120 s of SIGINT:\n" + run.output(4000))
         deadline = time.monotonic() + 30
-        left = _marked_pids(run.mark)
+        left = marked_pids(run.mark)
         while left and time.monotonic() < deadline:
             time.sleep(1)
-            left = _marked_pids(run.mark)
+            left = marked_pids(run.mark)
         details = []
         for pid in left:
             try:
@@ -482,56 +118,6 @@ def test_grpo_with_the_bot_manager_a_reward_server_restarted_mid_run_and_ctrl_c(
     assert failed_share[back + 2] == 0, failed_share  # the server is back: its rollouts are scored again
 
 
-
-def check_bot_advantages(advantage_steps: list[list[dict]]) -> None:
-    """Each step's advantages (the probe's rows of its whole advantage step): `bot_advantage` over the rollouts
-    whose scorer answered; 0 where it failed, and 0 in a group that failures left with a single rollout (nothing to
-    compare it with). At least one failure in the steps, else the check says nothing about failures."""
-    assert advantage_steps
-    failed_seen = 0
-    for rows in advantage_steps:
-        failed_seen += sum(r["failed"] for r in rows)
-        had_failure = {r["uid"] for r in rows if r["failed"]}
-        survivors = {u: sum(1 for r in rows if r["uid"] == u and not r["failed"]) for u in had_failure}
-        lone = {u for u, n in survivors.items() if n == 1}
-        for r in rows:
-            if r["failed"] or r["uid"] in lone:
-                assert not any(r["advantages"]), r
-        valid = [r for r in rows if not r["failed"] and r["uid"] not in lone]
-        width = max(len(r["rewards"]) for r in valid)
-        rewards = torch.zeros(len(valid), width)
-        mask = torch.zeros(len(valid), width)
-        for i, r in enumerate(valid):
-            rewards[i, : len(r["rewards"])] = torch.tensor(r["rewards"])
-            mask[i, : len(r["rewards"])] = 1.0
-        expected = bot_advantage(rewards, mask, [r["uid"] for r in valid])
-        for i, r in enumerate(valid):
-            torch.testing.assert_close(torch.tensor(r["advantages"]), expected[i, : len(r["rewards"])])
-    assert failed_seen > 0, "the flaky scorer never failed: the test checks nothing about failures"
-
-
-def check_token_records(folder: Path, step_rows: list[dict], model: Path) -> None:
-    """The token records of step 1 in `folder` are exactly that step's rows (`step_rows`, the probe's): uid, token
-    rewards, advantages, and the token ids with the bytes of their pieces, which spell the decoded response."""
-    from transformers import AutoTokenizer
-
-    files = recorded_files(folder)
-    assert 1 in files, files
-    records = read_records(files[1])
-
-    def row_key(uid, rewards, advantages):
-        return uid, tuple(round(x, 5) for x in rewards), tuple(round(x, 5) for x in advantages)
-
-    assert sorted(row_key(r["uid"], r["rewards"], r["advantages"]) for r in records) == sorted(
-        row_key(r["uid"], r["rewards"], r["advantages"]) for r in step_rows
-    )
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    for r in records:
-        assert (r["step"], r["estimator"], r["data_source"] in ("toy_lint", "toy_flaky")) == (1, "bot", True)
-        pieces = zip(r["token_bytes"], r["special"], strict=True)
-        raw = b"".join(bytes.fromhex(h) for h, special in pieces if not special)
-        assert raw.decode("utf-8", "replace") == tokenizer.decode(r["response_ids"], skip_special_tokens=True)
-
 def check_grpo_of_scalars(rows: list[dict]) -> None:
     """Each row's reward is one scalar on its last token, the scores differ, and each row's advantages are verl's
     GRPO of its group's scores (the sample std, eps 1e-6) on every token; 0 for a row alone in its group (the other
@@ -546,20 +132,6 @@ def check_grpo_of_scalars(rows: list[dict]) -> None:
         z = (group - group.mean()) / (group.std() + 1e-6) if len(members) > 1 else torch.zeros(1)  # the sample std
         for i, expected in zip(members, z.tolist(), strict=True):
             assert rows[i]["advantages"] == pytest.approx([expected] * len(rows[i]["rewards"]), abs=1e-5), rows[i]
-
-
-def probe_records(probe: Path) -> list[dict]:
-    """A probe file's records so far; a last line cut short (still being written, or by a kill) is left out."""
-    text = probe.read_text() if probe.exists() else ""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if lines and not text.endswith("\n"):
-        lines.pop()
-    return [json.loads(ln) for ln in lines]
-
-
-def advantage_records(run: Run) -> list[dict]:
-    """The probe's records of verl's advantage step so far, one a step."""
-    return [record for record in probe_records(run.probe) if record.get("step") == "advantage"]
 
 
 def last_logged_step(run: Run) -> int:
@@ -656,7 +228,7 @@ def test_rollout_engine_dies_stops_the_run_with_its_cause(workdir):
               rollout="vllm").start()
     try:
         _wait_for_step(run, 1, timeout=400)
-        engines = [pid for pid in _marked_pids(run.mark) if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        engines = [pid for pid in marked_pids(run.mark) if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         assert engines, "no vLLM engine core among the run's processes"
         for pid in engines:
             os.kill(pid, signal.SIGKILL)
@@ -754,11 +326,11 @@ def test_misconfiguration_stops_verls_trainer_before_ray_with_the_message_last(w
 def test_pure_on_cpu_then_a_server_refusing_our_credentials_stops_the_run_before_its_update(workdir):
     """One trainer start, two checks, `pure` on the bot manager's streams, 4 prompts a step in order.
 
-    Step 1 (toy_lint): the reward streams travel through TransferQueue to the `pure` estimator in verl's trainer.
+    Step 1 (toy_lint): the reward streams travel through TransferQueue to the `pure` estimator in verl's trainer, and
+    its advantages are PURE's slow reference's of those streams (tests/harness/references.py, the knobs' defaults).
     Step 2's prompts are of a data source scored by a real reward server that came up after the start-up checks
     (which would refuse it at once: tests/component/test_run_safety.py) and answers HTTP 401 (a token rotated mid-run):
-    a
-    configuration error that only shows when a rollout is scored. The reward path marks it, the replay buffer stops
+    a configuration error that only shows when a rollout is scored. The reward path marks it, the replay buffer stops
     the run before step 2's update, the message is the last line."""
     port = free_port()
     run = Run(
@@ -795,7 +367,7 @@ def test_pure_on_cpu_then_a_server_refusing_our_credentials_stops_the_run_before
             server.terminate()
             server.wait(30)
 
-    # step 1: `pure` got the streams, its advantages are not all 0, verl logged the step
+    # step 1: `pure` got the streams, its advantages are the slow reference's and not all 0, verl logged the step
     calls = [c for c in run.records() if "estimator" in c]
     assert len(calls) == 1 and calls[0]["estimator"] == "pure", calls
     rows = calls[0]["rows"]
@@ -804,6 +376,13 @@ def test_pure_on_cpu_then_a_server_refusing_our_credentials_stops_the_run_before
     assert all(r["outcome_sum"] in (0.0, 1.0) and r["outcome_padding"] == 0 for r in rows), rows
     assert any(r["local_nonzero"] > 0 for r in rows), rows
     assert any(r["adv_nonzero"] > 0 for r in rows), rows
+    for r in rows:  # right-padded rows, as the reference reads them (a row's first `length` tokens)
+        assert r["mask"] == [1] * r["length"] + [0] * (len(r["mask"]) - r["length"]), r["mask"]
+    column = {key: [r[key] for r in rows] for key in ("local", "step_end", "outcome_sum", "length", "uid")}
+    expected, _ = reference_pure(column["local"], column["step_end"], column["outcome_sum"], column["length"],
+                                 column["uid"])
+    torch.testing.assert_close(torch.tensor([r["advantages"] for r in rows], dtype=torch.float64),
+                               torch.tensor(expected, dtype=torch.float64), atol=1e-4, rtol=1e-4)
     metrics = [json.loads(ln) for ln in run.metrics.read_text().splitlines() if ln.strip()]
     steps = {m["step"]: m["data"] for m in metrics if "actor/pg_loss" in m["data"]}
     assert sorted(steps) == [1], metrics  # step 2 was stopped before its update

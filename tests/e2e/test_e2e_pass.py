@@ -1,7 +1,7 @@
 """PASS end to end, killed and resumed: `ALGO=pass STEPS=3 bash recipes/cpu_train.sh trainer.save_freq=2` through
 verl 0.9.1's real trainer on the CPU backend.
 
-Two trainer starts (the recipe itself, the `Run` helper of tests/e2e/test_cpu_e2e.py for timeouts and cleanup): the
+Two trainer starts (the recipe itself, the `Run` helper of tests/harness/trainer.py for timeouts and cleanup): the
 first is killed with SIGKILL, every process of the run at once, during step 3 (after the step-2 checkpoint); the
 same command then resumes from that checkpoint and trains step 3. A probe module, imported by verl in every
 process (`VERL_USE_EXTERNAL_MODULES`), records:
@@ -12,8 +12,9 @@ process (`VERL_USE_EXTERNAL_MODULES`), records:
 - at the update (actor worker): verl's `vanilla` policy loss, wrapped in its registry, records the advantages
   and old log-probs it is called with.
 
-The test recomputes `pass_advantage` from the recorded streams, and matches every row of the update to its
-row at the estimator by its old log-probs: the advantages the actor used are `pass`'s, in steps 1-2 of the
+The test recomputes PASS's advantages from the recorded streams with the slow reference
+(tests/harness/references.py), and matches every row of the update to its row at the estimator by its old
+log-probs: the advantages the actor used are `pass`'s, in steps 1-2 of the
 killed launch and in the resumed step 3 (whose batch context is built anew by the resumed trainer); the metrics
 file holds steps 1-3 once, PASS's own among them.
 
@@ -30,9 +31,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.e2e.test_cpu_e2e import Run, probe_records
-from tests.e2e.test_e2e_resume import kill_in_step_3
-from verl_bot.advantage.pass_ import pass_advantage
+from tests.harness.references import reference_pass
+from tests.harness.trainer import Run, kill_in_step_3, probe_records
+from verl_bot.advantage.pass_ import PassSettings
 
 pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,11 +115,6 @@ def workdir(tmp_path_factory, tiny_model_dir) -> Path:
     return root
 
 
-def padded(rows: list[dict], key: str) -> torch.Tensor:
-    width = max(len(r[key]) for r in rows)
-    return torch.tensor([r[key] + [0.0] * (width - len(r[key])) for r in rows])
-
-
 def launch(workdir: Path, name: str, out: Path, model: Path) -> Run:
     """The PASS recipe's 3-step run saving every 2 steps into `out`, started."""
     run = Run(workdir, name, [])
@@ -174,7 +170,7 @@ def check_records(records: list[dict], steps: int) -> None:
     updates = [r for r in records if r["kind"] == "update"]
     assert len(estimator) == steps, [r["kind"] for r in records]  # one advantage computation per step
 
-    # 1. the streams arrived at `pass`, format included, and `pass` computed what the pure function computes
+    # 1. the streams arrived at `pass`, format included, and `pass` computed what the slow reference computes
     seen_formats = set()
     for call in estimator:
         rows = call["rows"]
@@ -187,16 +183,13 @@ def check_records(records: list[dict], steps: int) -> None:
             assert r["format_part"] in FORMATS and r["returns_are_advantages"]
             seen_formats.add(r["format_part"])
         assert any(v != 0 for r in rows for v in r["local"]), "no local (process) signal in any row"
-        mask = padded([{"m": [1.0] * len(r["local"])} for r in rows], "m")
-        expected = pass_advantage(
-            padded(rows, "local"),
-            torch.tensor([r["solved"] for r in rows]),
-            torch.tensor([r["format_part"] for r in rows]),
-            mask,
-            [r["uid"] for r in rows],
-        )
-        torch.testing.assert_close(padded(rows, "advantages"), expected.advantages, atol=1e-5, rtol=1e-5)
-        assert (expected.advantages != 0).any()
+        expected = reference_pass([r["local"] for r in rows], [[1] * len(r["local"]) for r in rows],
+                                  [r["solved"] for r in rows], [r["format_part"] for r in rows],
+                                  [r["uid"] for r in rows], PassSettings())
+        for r, want in zip(rows, expected, strict=True):
+            torch.testing.assert_close(torch.tensor(r["advantages"], dtype=torch.float64),
+                                       torch.tensor(want, dtype=torch.float64), atol=1e-4, rtol=1e-4)
+        assert any(a != 0 for want in expected for a in want)
     assert seen_formats == set(FORMATS), seen_formats
 
     # 2. the actor's loss got exactly those advantages: rows matched by their old log-probs

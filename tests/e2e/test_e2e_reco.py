@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_cpu_e2e import Run, workdir  # noqa: F401 - `workdir` is the shared fixture
-from tests.unit.test_reco import reference_weights
+from tests.harness.references import reference_weights
+from tests.harness.trainer import Run
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -86,7 +86,7 @@ core_algos.POLICY_LOSS_REGISTRY["reco"] = reco_loss_probe
 '''
 
 
-def test_reco_two_steps_on_cpu(workdir):  # noqa: F811 - the imported fixture
+def test_reco_two_steps_on_cpu(workdir):
     (workdir / "probe" / "vb_reco_probe.py").write_text(PROBE)
     run = Run(
         workdir,

@@ -8,10 +8,10 @@ command again, which resumes from the step-2 checkpoint (`trainer.resume_mode=au
 The reference's steps 1-2 also carry the checks of the `bot` path (one start shared).
 
 Checked on steps 1-2 of the reference, from the rollout server, verl's metrics and the probe of
-tests/e2e/test_cpu_e2e.py:
+tests/harness/trainer.py:
 - dense rewards reach the estimator; weights move and the rollout server gets them every step;
-- the advantages of a step are exactly `bot_advantage` of the composed token rewards of the rollouts whose scorer
-  answered, and 0 on every token of those whose scorer failed;
+- the advantages of a step are BoT's (the slow reference of tests/harness/references.py) of the composed token
+  rewards of the rollouts whose scorer answered, and 0 on every token of those whose scorer failed;
 - the advantages the actor's loss used are those (rows matched by their old log-probs);
 - the reference model ran (actor/kl_loss); the step's metrics carry the reward and estimator diagnostics; the token
   records of step 1 are that step's rows.
@@ -32,20 +32,12 @@ tests/component/test_run_safety.py (the driver's SIGTERM) and tests/e2e/test_cpu
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.e2e.test_cpu_e2e import (  # noqa: F401 - `workdir` is the fixture
-    Run,
-    _kill_marked,
-    _marked_pids,
-    check_bot_advantages,
-    check_token_records,
-    workdir,
-)
+from tests.harness.trainer import Run, check_bot_advantages, check_token_records, kill_in_step_3
 from verl_bot.observe.token_records import read_records, recorded_files
 
 pytestmark = pytest.mark.timeout(900)
@@ -54,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def launch(root: Path, name: str, out_dir: Path, trackers: bool = False) -> Run:
     """`bash recipes/cpu_train.sh` of a 4-step `bot` run saving every 2 steps into `out_dir`, started: a KL loss,
-    seven prompts in eight scored by the flaky scorer of tests/e2e/test_cpu_e2e.py, every row of steps 1 and 4 recorded,
+    seven prompts in eight scored by the flaky scorer of tests/harness/trainer.py, every row of steps 1 and 4 recorded,
     the rollout's samples a function of the seed, the weights and the prompts. `trackers`: also wandb (offline) and
     tensorboard, with token-credit panels of 6 rollouts x 16 tokens at steps 1, 2 and 4 (`token_panel_every=2`)."""
     run = Run(root, name, [])
@@ -79,27 +71,6 @@ def launch(root: Path, name: str, out_dir: Path, trackers: bool = False) -> Run:
     return run.start()
 
 
-def kill_in_step_3(run: Run, out: Path) -> None:
-    """SIGKILL every process of the run (launcher, driver, Ray and its actors) once the step-2 checkpoint and step
-    2's metrics line are written (verl logs a step after saving its checkpoint): step 3 is running."""
-    latest, metrics = out / "ckpt" / "latest_checkpointed_iteration.txt", out / "metrics.jsonl"
-    deadline = time.monotonic() + 500
-    try:
-        while not (latest.exists() and latest.read_text().strip() == "2" and metrics.exists()
-                   and '"step":2,' in metrics.read_text()):
-            assert run.proc.poll() is None, run.output(4000)
-            assert time.monotonic() < deadline, "no step-2 checkpoint:\n" + run.output(4000)
-            time.sleep(0.5)
-        _kill_marked(run.mark)
-        run.proc.wait(timeout=60)
-        deadline = time.monotonic() + 30
-        while _marked_pids(run.mark) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not _marked_pids(run.mark), "processes of the killed run still there:\n" + run.output(3000)
-    finally:
-        run.cleanup()
-
-
 def rollouts(out: Path, step: int) -> list[tuple]:
     """A step's dumped rollouts (verl's trainer.rollout_data_dir) as sorted (prompt, response, score) rows."""
     rows = [json.loads(ln) for ln in (out / "rollouts" / f"{step}.jsonl").read_text().splitlines() if ln.strip()]
@@ -118,7 +89,7 @@ def actor_weights(out: Path, step: int) -> dict[str, torch.Tensor]:
     return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in state.items()}
 
 
-def test_a_killed_bot_run_resumes_from_its_checkpoint_as_if_never_stopped(workdir):  # noqa: F811 - the fixture
+def test_a_killed_bot_run_resumes_from_its_checkpoint_as_if_never_stopped(workdir):
     ref_out, out = workdir / "resume_ref", workdir / "resume_out"
     reference = launch(workdir, "resume_ref", ref_out, trackers=True)  # the two first launches side by side
     killed = launch(workdir, "resume_1", out)
@@ -206,7 +177,7 @@ def check_bot_steps(run: Run, out: Path, root: Path) -> None:
         assert any(r["nonzero_before_last"] > 0 for r in rows), rows
         assert any(r["distinct"] >= 2 for r in rows), "no local (span) penalties in any row: " + str(rows)
 
-    # the step's advantages, and the token records of step 1 (tests/e2e/test_cpu_e2e.py)
+    # the step's advantages, and the token records of step 1 (tests/harness/trainer.py)
     advantage_steps = [c["rows"] for c in calls if c.get("step") == "advantage"]
     check_bot_advantages(advantage_steps[:2])
     check_token_records(out / "ckpt" / "token_records", advantage_steps[0], root / "model")
@@ -226,9 +197,9 @@ def check_bot_steps(run: Run, out: Path, root: Path) -> None:
 
 def check_trackers(out: Path) -> None:
     """The token-credit panels and histograms the reference run left in wandb's offline run and TensorBoard's
-    event files (tests/component/test_tracking.py reads them), against its token records of steps 1 and 4 (every
+    event files (tests/harness/trackers.py reads them), against its token records of steps 1 and 4 (every
     row)."""
-    from tests.component.test_tracking import check_panel, html_panel, markdown_panel, tensorboard_panels, wandb_panels
+    from tests.harness.trackers import check_panel, html_panel, markdown_panel, tensorboard_panels, wandb_panels
 
     lines = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     metrics = {line["step"]: line["data"] for line in lines}

@@ -10,7 +10,8 @@ and returns). The `bot` test then checks:
 - some rollout called the tool and answered after its reply: its mask runs 1 -> 0 -> 1;
 - each turn's mask-1 tokens (its EOS included) carry w_g * G + w_s * clip(v_turn), where G and v_turn are what the
   scorer gives the rollout recomputed offline from its ids (`token_char_spans`, `turn_layout`, `toy_calc`);
-- the advantage is 0 on every mask-0 token, and equals a fresh `bot_advantage(rewards, mask, uid)` everywhere;
+- the advantage is 0 on every mask-0 token, and equals BoT's slow reference (tests/harness/references.py) of the
+  step's rewards, mask and uids everywhere;
 - two turns of one rollout with differing values get differing advantages.
 """
 
@@ -23,7 +24,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.e2e.test_cpu_e2e import Run
+from tests.harness.references import reference_bot, reference_turn_bot
+from tests.harness.trainer import Run
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -138,7 +140,6 @@ def offline_token_rewards(tokenizer, prompt_ids: list[int], ids: list[int], mask
 def test_tool_agent_loop_gets_per_turn_rewards_and_bot_advantages(workdir):
     from transformers import AutoTokenizer
 
-    from verl_bot.advantage.bot import bot_advantage
     from verl_bot.credit.turns import turn_count, turn_ids
 
     run = Run(workdir, "tool", [
@@ -169,8 +170,8 @@ def test_tool_agent_loop_gets_per_turn_rewards_and_bot_advantages(workdir):
     for step in steps:
         rewards, mask = torch.tensor(step["rewards"]), torch.tensor(step["mask"])
         advantages = torch.tensor(step["advantages"])
-        expected = bot_advantage(rewards, mask, np.array(step["uid"], dtype=object))
-        torch.testing.assert_close(advantages, expected.to(advantages.dtype), atol=1e-5, rtol=1e-5)
+        expected = reference_bot(rewards, mask, step["uid"])
+        torch.testing.assert_close(advantages.double(), expected, atol=1e-4, rtol=1e-4)
         assert (advantages[mask == 0] == 0).all(), "a tool-context token got an advantage"
         for r, m, a in zip(rewards.numpy(), mask.numpy(), advantages.numpy(), strict=True):
             length = int(np.flatnonzero(m).max()) + 1 if m.any() else 0
@@ -223,11 +224,10 @@ def offline_turn_reward(tokenizer, prompt_ids: list[int], ids: list[int], mask: 
 def test_turn_bot_chooses_its_turns_through_verls_legacy_trainer(turns_workdir):
     """`turn_bot` on toy_turns through verl's legacy trainer and its ToolAgentLoop (2 steps, discount 0.5): the
     manager's `turn_reward` stream is w_s times toy_turns' turn values recomputed from the ids; the estimator gets
-    it in verl's batch and returns tests/unit/test_turn_credit.py's slow reference of what it got; the policy took
+    it in verl's batch and returns the slow reference of what it got (tests/harness/references.py); the policy took
     1 and >= 2 turns; an earlier turn's return carries a later turn's reward; tool tokens get 0."""
     from transformers import AutoTokenizer
 
-    from tests.unit.test_turn_credit import reference_turn_bot
     from verl_bot.credit.turns import turn_count, turn_ids
 
     run = Run(turns_workdir, "turn_bot_legacy", [

@@ -4,7 +4,7 @@ GSM8K in the layout of verl's own preprocessing (`examples/data_preprocess/gsm8k
 chat `prompt`, `reward_model.ground_truth`), scored by verl's `default_compute_score`; the verl command gets nothing
 but `algorithm.adv_estimator=bot reward.reward_manager.name=bot`.
 
-Two probes, loaded by verl through `VERL_USE_EXTERNAL_MODULES` (tests/e2e/test_cpu_e2e.py): one wraps the `bot`
+Two probes, loaded by verl through `VERL_USE_EXTERNAL_MODULES` (tests/harness/trainer.py): one wraps the `bot`
 manager's `run_single` in the reward-loop worker and records each response's ids, its decoded text (as verl's
 own managers decode it), the ground truth and what the manager returned; the other records the
 `token_level_rewards` the `bot` estimator receives. One run, 2 steps.
@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.e2e.test_cpu_e2e import PROBE, Run
+from tests.harness.trainer import PROBE, Run
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -140,7 +140,7 @@ def test_a_run_without_panels_leaves_its_tracker_files_as_verl_writes_them(overr
     """tracker_panel: the wrapped step is verl's (same arguments, its result), then verl's `Tracking` (real wandb
     offline, real TensorBoard event files) logs the step's scalars: the files hold those and nothing of verl-bot's;
     nothing was read from TransferQueue, nothing timed."""
-    from tests.component.test_tracking import offline_trackers, tensorboard_panels, wandb_history
+    from tests.harness.trackers import offline_trackers, tensorboard_panels, wandb_history
 
     run, original, metrics, timing = trainer(overrides), Recorder(), {"reward/score/mean": 0.5}, {"gen": 1.0}
     with offline_trackers(tmp_path, monkeypatch, trackers) as run.logger:

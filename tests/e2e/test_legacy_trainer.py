@@ -1,13 +1,13 @@
 """verl's legacy trainer (`trainer.use_v1=false`, `RayPPOTrainer`) with `bot`, on verl's vLLM rollout (CPU build).
 
-One trainer start (tests/e2e/test_cpu_e2e.py's `Run`, its probe and its flaky scorer): 2 steps of `bot` with the
+One trainer start (tests/harness/trainer.py's `Run`, its probe and its flaky scorer): 2 steps of `bot` with the
 `bot` manager on verl's vLLM rollout, seven prompts in eight scored by a scorer that fails on a third of the
 responses, token records of step 1. Checked, as the v1 trainer's run is in tests/e2e/test_e2e_resume.py:
 
 - the run went through the legacy trainer (verl's own deprecation line) with verl-bot in use;
 - the rollout sampled the policy the trainer trains (verl's `rollout_probs_diff_max` at fp32);
 - the estimator received dense token rewards (not one scalar on the last token);
-- each step's advantages are exactly `bot_advantage` of the token rewards of the rollouts whose scorer answered,
+- each step's advantages are BoT's (the slow reference) of the token rewards of the rollouts whose scorer answered,
   0 where it failed (read from each row's own `reward_extra_info`) and in a group left with one rollout;
 - the token records of step 1 are that step's rows; the step's metrics carry the reward metrics and the
   estimator's diagnostics.
@@ -23,12 +23,12 @@ import json
 
 import pytest
 
-from tests.e2e.test_cpu_e2e import Run, check_bot_advantages, check_token_records, workdir  # noqa: F401 - fixture
+from tests.harness.trainer import Run, check_bot_advantages, check_token_records
 
 pytestmark = pytest.mark.timeout(900)
 
 
-def test_bot_trains_through_verls_legacy_trainer_on_vllm(workdir):  # noqa: F811 - the fixture
+def test_bot_trains_through_verls_legacy_trainer_on_vllm(workdir):
     run = Run(workdir, "legacy_bot", [
         "trainer.use_v1=false",
         "algorithm.adv_estimator=bot",

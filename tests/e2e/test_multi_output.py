@@ -19,9 +19,10 @@ import torch
 from omegaconf import OmegaConf
 from verl import DataProto
 
-from tests.component.test_reward_manager import reference_coverage
-from tests.e2e.test_cpu_e2e import Run, workdir  # noqa: F401 - the e2e fixture
 from tests.fixtures.two_turn_loop import toy_lint_sessions
+from tests.harness.manager import token_local
+from tests.harness.references import reference_bot
+from tests.harness.trainer import Run
 from verl_bot.advantage.bot import bot_advantage, bot_advantage_and_stats, bot_diagnostics
 from verl_bot.credit.sessions import fingerprint, session_reward_score
 from verl_bot.credit.spans import token_char_spans
@@ -36,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # ------------------------------------------------------------------------------------ session-aware bot
 def joined_reference(rewards, mask, uids, sessions, **options):
-    """Slow reference: join each session's valid tokens into one row, run `bot_advantage`, split back."""
+    """Slow reference: join each session's valid tokens into one row, run BoT's slow reference (`reference_bot`),
+    split back."""
     names = list(dict.fromkeys(sessions))
     rows = {s: [i for i in range(len(sessions)) if sessions[i] == s] for s in names}
     joined = [torch.cat([rewards[i][mask[i] != 0] for i in rows[s]]) for s in names]
@@ -45,7 +47,7 @@ def joined_reference(rewards, mask, uids, sessions, **options):
     jm = torch.zeros(len(names), width)
     for k, values in enumerate(joined):
         jr[k, : len(values)], jm[k, : len(values)] = values, 1
-    adv = bot_advantage(jr, jm, [uids[rows[s][0]] for s in names], **options)
+    adv = reference_bot(jr, jm, [uids[rows[s][0]] for s in names], **options)
     out = torch.zeros_like(rewards, dtype=adv.dtype)
     for k, s in enumerate(names):
         at = 0
@@ -172,17 +174,13 @@ def manager(tokenizer, scorer: str) -> BoTRewardManager:
 
 
 def expected_rewards(tokenizer, response_ids: list[int], verdict: dict, index: int, last: bool) -> list[float]:
-    """Offline, from the tokenizer's decoding alone (`reference_coverage`): G on every token plus clip(S), S_t the
-    mean over the token's characters of the values of the spans covering each (the trajectory's, and the top
-    level's too for the last output), plus the trajectory's value."""
+    """Offline, from the tokenizer's decoding alone (`token_local` of tests/harness/manager.py): G on every token
+    plus clip(S), S_t the mean over the token's characters of the values of the spans covering each (the
+    trajectory's, and the top level's too for the last output), plus the trajectory's value."""
     entry = next(t for t in verdict["trajectories"] if t["index"] == index)
     spans = entry["local"] + (verdict["local"] if last else [])
-    rewards = []
-    for start, end in reference_coverage(tokenizer, response_ids):
-        chars = [sum(s["value"] for s in spans if s["start"] <= c < s["end"]) for c in range(start, end)]
-        local = (sum(chars) / len(chars) if chars else 0.0) + entry["value"]
-        rewards.append(verdict["global"]["score"] + min(1.0, max(-1.0, local)))
-    return rewards
+    local = token_local(tokenizer, response_ids, spans) + entry["value"]
+    return (verdict["global"]["score"] + np.clip(local, -1.0, 1.0)).tolist()
 
 
 def test_each_output_gets_its_own_rewards_even_at_equal_lengths(tokenizer):
@@ -253,7 +251,7 @@ def test_verdict_trajectories_are_validated():
 
 
 # ----------------------------------------------------------------------------------------- end to end
-def test_two_output_loop_through_verls_trainer(workdir, tokenizer):  # noqa: F811 - the fixture
+def test_two_output_loop_through_verls_trainer(workdir, tokenizer):
     """One trainer start, 2 steps of `bot` with a loop returning two outputs per sample: each row's rm_scores equal
     an offline recomputation from its own ids, the advantages equal the joined-rows reference, and
     bot/rollouts_per_group = n (4), not 2n."""

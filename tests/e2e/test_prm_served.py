@@ -13,8 +13,8 @@ response ids, token rewards and G: `verl_bot.observe.token_records`):
 - every call's probabilities are the tiny PRM's, recomputed by the reference implementation (transformers'
   `Qwen2Model` and the score head) on the logged input ids, to float32 rounding;
 - each rollout's token rewards are w_g * G + w_s * S_t with S_t the centred step probability 2q - 1 of the step
-  the token belongs to (the steps split at blank lines, the PRM input as Qwen2.5-Math-PRM's), and G the
-  verifier's score;
+  the token belongs to (the steps split at blank lines, the PRM input as Qwen2.5-Math-PRM's; which characters a
+  token produced from the tokenizer's decoding alone, tests/harness/manager.py), and G the verifier's score;
 - `reward/prm_steps/mean` > 0 and nothing truncated or failed.
 """
 
@@ -29,9 +29,9 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from tests.e2e.test_cpu_e2e import PROBE, Run
+from tests.harness.manager import token_local
+from tests.harness.trainer import PROBE, Run
 from verl_bot.cpu.tiny_prm import STEP_TAG, build_prm, load_reference, reference_step_probabilities, step_tag_id
-from verl_bot.credit.spans import char_values, token_char_spans, token_local_values
 from verl_bot.rewards.prm import QWEN_PRM_SYSTEM, prm_input_ids, prm_messages, split_steps
 
 pytestmark = pytest.mark.timeout(900)
@@ -72,11 +72,12 @@ def reward_pool_overrides(prm: Path, tag_id: int) -> list[str]:
     ]
 
 
-def expected_local(text: str, token_spans: list, steps: list, probabilities: list[list[float]]) -> np.ndarray:
-    """S_t of a response (T,): each step's centred p_good, 2q - 1, over its characters, averaged per token."""
+def expected_local(tokenizer, ids: list[int], steps: list, probabilities: list[list[float]]) -> np.ndarray:
+    """S_t of a response (T,): each step's centred p_good, 2q - 1, over its characters, averaged per token by the
+    slow reference (`token_local` of tests/harness/manager.py: from the tokenizer's decoding alone)."""
     local = [{"start": s.start, "end": s.end, "value": 2.0 * q[1] - 1.0}
              for s, q in zip(steps, probabilities, strict=True)]
-    return token_local_values(token_spans, char_values(len(text), local))
+    return token_local(tokenizer, ids, local)
 
 
 def test_a_tiny_prm_served_by_verls_reward_pool_is_the_local_signal(workdir):
@@ -112,12 +113,12 @@ def test_a_tiny_prm_served_by_verls_reward_pool_is_the_local_signal(workdir):
     records = run.records(run.dir / "records" / "step_1.jsonl")
     assert len(records) == 16
     for record in records:
-        text, spans = token_char_spans(policy_tok, record["response_ids"])
+        text = policy_tok.decode(record["response_ids"], skip_special_tokens=True)
         steps = split_steps(text, SEPARATOR)
         problem = re.search(r"Compute [0-9+-]+\.", record["prompt"]).group(0)  # the user message
         messages = prm_messages(QWEN_PRM_SYSTEM, problem, [s.text for s in steps], STEP_TAG)
         probabilities = by_input[tuple(prm_input_ids(prm_tok, messages))]
-        local = expected_local(text, spans, steps, probabilities)
+        local = expected_local(policy_tok, record["response_ids"], steps, probabilities)
         assert np.any(local != 0)
         np.testing.assert_allclose(record["rewards"], record["info"]["score"] + local, atol=1e-6)
 

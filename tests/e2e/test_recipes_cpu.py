@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_port, wait_http
-from tests.e2e.test_cpu_e2e import MARK_ENV, _kill_marked
-from tests.unit.test_vps_advantage import reference_vps
+from tests.harness.references import reference_vps
+from tests.harness.trainer import MARK_ENV, kill_marked
 from verl_bot.advantage.grail import GrailSettings
 from verl_bot.advantage.vps import DEFAULT_STD_FLOOR
 from verl_bot.launch.families import BY_RECIPE_TAG, FAMILIES
@@ -284,7 +284,7 @@ class Smoke:
         finally:
             if self.outage is not None:
                 self.outage.end()
-            _kill_marked(self.mark)
+            kill_marked(self.mark)
         self.seconds = time.monotonic() - start
         self.rc, self.out, self.err = proc.returncode, proc.stdout, proc.stderr
         return self

@@ -19,7 +19,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from tests.e2e.test_cpu_e2e import Run, workdir  # noqa: F401 - the module's shared fixture
+from tests.harness.trainer import Run
 from verl_bot.observe.token_records import read_records, recorded_files
 
 pytestmark = pytest.mark.timeout(900)
@@ -45,7 +45,7 @@ def signal_by_prompt(prompt, response, ground_truth=None, extra_info=None):
 
 
 @pytest.fixture(scope="module")
-def scorer(workdir):  # noqa: F811 - the fixture above
+def scorer(workdir):
     (workdir / "probe" / "vb_setups.py").write_text(SCORER)
     return "python:vb_setups:signal_by_prompt"
 
@@ -63,7 +63,7 @@ def logged_metrics(run: Run) -> list[dict]:
     return [json.loads(line)["data"] for line in run.metrics.read_text().splitlines() if line.strip()]
 
 
-def test_dapo_filter_drops_groups_without_signal(workdir, scorer):  # noqa: F811
+def test_dapo_filter_drops_groups_without_signal(workdir, scorer):
     run = Run(workdir, "dapo_bot", [
         "algorithm.adv_estimator=bot", "reward.reward_manager.name=bot",
         f"+reward.reward_kwargs.bot.scorers.toy_lint={scorer}",
@@ -87,7 +87,7 @@ def test_dapo_filter_drops_groups_without_signal(workdir, scorer):  # noqa: F811
     assert all("verl_bot/dapo_dropped_where_metric_differs" in m for m in steps)
 
 
-def test_return_estimators_see_local_signal(workdir):  # noqa: F811
+def test_return_estimators_see_local_signal(workdir):
     """PPO with a critic (verl's default estimator) and the `bot` manager with toy_lint's spans: the returns layout
     (G once on the last token, S_t where it lies) reaches verl's `gae`, and the critic trains."""
     model = workdir / "model"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.component.test_touch_points import json_report
+from tests.harness.touch_points import json_report
 from verl_bot.hooks.compat import SUPPORTED_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -34,9 +34,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.component.test_outages import kill
 from tests.conftest import free_port, wait_http
-from tests.e2e.test_cpu_e2e import Run, workdir  # noqa: F401 - fixture
+from tests.harness.servers import kill
+from tests.harness.trainer import Run
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -154,7 +154,7 @@ def test_verl_bot_imports_from_the_installed_wheel_beside_the_existing_verl(env,
     assert "archive_info" in found["direct_url"] and "dir_info" not in found["direct_url"], found  # a wheel, not -e
 
 
-def test_verl_trains_one_step_with_the_two_overrides_of_the_readme(env, workdir):  # noqa: F811 - fixture
+def test_verl_trains_one_step_with_the_two_overrides_of_the_readme(env, workdir):
     run = Run(workdir, "wheel_bot", ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot"], steps=1)
     run.cmd[0] = str(env.python)
     run.env = env.environ(run.env)

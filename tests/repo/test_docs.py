@@ -13,6 +13,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from tests.harness.docs import anchors
+
 ROOT = Path(__file__).resolve().parents[2]
 OUTSIDE = ("shared" + "/design", "/work/" + "shared")
 MD_REF = re.compile(r"(?<![\w{*/.-])((?:\.\./)*[A-Za-z0-9_][A-Za-z0-9_./-]*\.md)(#[a-z0-9_-]+)?\b")
@@ -32,15 +34,6 @@ def _text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         return ""
-
-
-def _slug(heading: str) -> str:
-    """GitHub's anchor of a Markdown heading."""
-    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", heading.strip().lower()))
-
-
-def _anchors(md: Path) -> set[str]:
-    return {_slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", _text(md), flags=re.M)}
 
 
 def _resolves(ref: str, citing: Path, names: set[str]) -> Path | None:
@@ -78,7 +71,7 @@ def test_every_cited_document_exists():
                 target = _resolves(ref, path, names)
                 if target is None:
                     missing.append(f"{path.relative_to(ROOT)}:{n}: {ref}")
-                elif anchor and target.suffix == ".md" and anchor[1:] not in _anchors(target):
+                elif anchor and target.suffix == ".md" and anchor[1:] not in anchors(target):
                     missing.append(f"{path.relative_to(ROOT)}:{n}: {ref}{anchor} (no such heading)")
             for m in DOCS_REF.finditer(line):
                 if _resolves(m.group(1), path, names) is None:
@@ -95,6 +88,6 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert _resolves("docs/ALGORITHMS.md", citing, names) == ROOT / "docs" / "ALGORITHMS.md"
     assert _resolves("../../docs/REWARD_API.md", ROOT / "reward_servers" / "math" / "README.md", names)
     assert _resolves("README.md", ROOT / "reward_servers" / "math" / "server.py", names)
-    assert "4-aime-rewards" in _anchors(ROOT / "docs" / "ALGORITHMS.md")
+    assert "4-aime-rewards" in anchors(ROOT / "docs" / "ALGORITHMS.md")
     assert [m.group(1) for m in MD_REF.finditer("see `docs/X.md#a` and prompts/*.md and {name}.md")] == ["docs/X.md"]
 

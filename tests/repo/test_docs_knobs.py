@@ -25,18 +25,15 @@ import fnmatch
 import re
 from pathlib import Path
 
-from verl_bot.advantage import ESTIMATORS
-from verl_bot.knobs import Knob, MethodSettings
+from tests.harness.knobs import MANAGER, UNSET, algorithm_knobs, declared_knobs, manager_knob, manager_knobs
+from verl_bot.knobs import Knob
 from verl_bot.launch.activation import KNOB_PREFIXES
-from verl_bot.losses import LOSSES
-from verl_bot.observe import token_records
 from verl_bot.observe.panels import PanelSettings
 from verl_bot.rewards.prm import PrmSettings
 from verl_bot.rewards.settings import ManagerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "knobs.md"
-MANAGER = "reward.reward_kwargs.bot."
 NOT_SETTINGS = {  # read or set by verl-bot, but not a setting of it
     "RANK": "the process's rank, set by the launcher",
     "CUDA_VISIBLE_DEVICES": "the devices a worker sees, set by Ray",
@@ -44,7 +41,6 @@ NOT_SETTINGS = {  # read or set by verl-bot, but not a setting of it
     "VERL_LOGGING_LEVEL": "verl's own; the default of VERL_BOT_LOG_LEVEL, in that row",
 }
 ENV_SUFFIXES = ("_ENV", "_ENVS")
-UNSET = object()  # a knob whose default the code does not state as a constant
 
 
 def _trees() -> dict[Path, ast.Module]:
@@ -84,42 +80,7 @@ def read_knobs(trees: list[ast.Module] | None = None) -> dict[str, object]:
     return found
 
 
-def declared_knobs() -> dict[str, Knob]:
-    """`<key>` -> its declaration, over the settings of every estimator and loss (ReCo's halves share theirs)."""
-    return {k.key: k for spec in (*ESTIMATORS.values(), *LOSSES.values()) for k in spec.settings.knobs()}
-
-
 READERS = ((ManagerSettings, ""), (PrmSettings, "prm."), (PanelSettings, ""))  # knobs of no method, name prefix
-
-
-def declared_defaults(settings: type[MethodSettings], prefix: str = "") -> dict[str, object]:
-    """`<prefix><name>` -> the default a settings class declares (UNSET where it is computed or resolved, or has a
-    newline: the page states those in words)."""
-    knobs = settings.knobs()
-    return {prefix + k.key: UNSET if k.default is None or "\n" in str(k.default) else k.default for k in knobs}
-
-
-def algorithm_knobs() -> dict[str, object]:
-    """`+algorithm.<name>` knob -> its default in the code (UNSET where it is computed)."""
-    return {
-        **{key: UNSET if k.default is None else k.default for key, k in declared_knobs().items()},
-        token_records.STEPS_KEY: UNSET,
-        token_records.GROUPS_KEY: token_records.DEFAULT_GROUPS,
-        token_records.DIR_KEY: UNSET,
-        **declared_defaults(PanelSettings),
-    }
-
-
-def manager_knobs() -> dict[str, object]:
-    """`+reward.reward_kwargs.bot.<name>` knob -> its default in the code: the manager's, `scorers`, the PRM's."""
-    return {**declared_defaults(ManagerSettings), "scorers": UNSET, **declared_defaults(PrmSettings, "prm.")}
-
-
-def manager_knob(key: str) -> str:
-    """The manager knob a key under `reward.reward_kwargs.bot.` sets: its first part (`scorers.<data_source>` is
-    `scorers`), its first two under `prm`."""
-    parts = key.split("=")[0].split(".")
-    return ".".join(parts[:2] if parts[0] == "prm" else parts[:1])
 
 
 def environment_variables() -> set[str]:

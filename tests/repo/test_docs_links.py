@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.repo.test_docs import _anchors
-from tests.repo.test_docs_knobs import MANAGER, algorithm_knobs, manager_knob, manager_knobs
+from tests.harness.docs import anchors
+from tests.harness.knobs import MANAGER, algorithm_knobs, manager_knob, manager_knobs
 from verl_bot.eval.__main__ import build_parser
 from verl_bot.launch.activation import KNOB_PREFIXES
 
@@ -101,7 +101,7 @@ def broken_links(page: Path) -> list[str]:
         file = (page.parent / path).resolve() if path else page
         if not file.exists():
             bad.append(f"{_rel(page)}: {target}")
-        elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
             bad.append(f"{_rel(page)}: {target} (no such heading)")
     return bad
 

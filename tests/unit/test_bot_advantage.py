@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
+from tests.harness.references import reference_bot
 from verl_bot.advantage.bot import (
     bot_advantage,
     bot_advantage_and_stats,
@@ -19,35 +20,6 @@ from verl_bot.advantage.bot import (
     compute_bot_advantage,
 )
 from verl_bot.errors import VerlBotConfigError
-
-
-def reference_bot(rewards, mask, index, eps=1e-6, norm_by_std=True, length_weighting=True, std_floor=0.0):
-    """Obviously-correct loop over groups and tokens, in float64 Python numbers (docs/ALGORITHMS.md Eq. 2-3).
-
-    length_weighting=False: every token of the group weighs 1/N (plain pooling); std_floor: max(std, floor).
-    """
-    rewards = rewards.double().tolist()
-    mask = mask.tolist()
-    out = [[0.0] * len(row) for row in rewards]
-    for g in set(index):
-        rows = [b for b in range(len(rewards)) if index[b] == g and sum(mask[b]) > 0]
-        if not rows:
-            continue
-        bags = {b: [rewards[b][t] for t in range(len(mask[b])) if mask[b][t]] for b in rows}
-        if length_weighting:
-            k = len(rows)
-            mu = sum(sum(bags[b]) / len(bags[b]) for b in rows) / k
-            var = sum(sum((r - mu) ** 2 for r in bags[b]) / len(bags[b]) for b in rows) / k
-        else:
-            pooled = [r for b in rows for r in bags[b]]
-            mu = sum(pooled) / len(pooled)
-            var = sum((r - mu) ** 2 for r in pooled) / len(pooled)
-        for b in rows:
-            for t in range(len(mask[b])):
-                if mask[b][t] and var > 0:
-                    std = max(math.sqrt(var), std_floor)
-                    out[b][t] = (rewards[b][t] - mu) / (std + eps) if norm_by_std else rewards[b][t] - mu
-    return torch.tensor(out, dtype=torch.float64)
 
 
 def test_hand_computed_example():

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from tests.component.test_run_safety import dense_group_batch, run_verl
 from tests.conftest import compose_verl_config
+from tests.harness.advantage_step import dense_group_batch, run_verl
+from tests.harness.references import reference_pass
 from verl_bot.advantage.pass_ import (
     DEFAULT_STD_FLOOR,
     PassSettings,
@@ -103,76 +104,7 @@ def test_advantage_fusion_by_hand():
     assert lo == pytest.approx(-SQRT(3), rel=1e-5) and hi == pytest.approx(1 / SQRT(3), rel=1e-5)
 
 
-# ------------------------------------------------------------------------------ slow loop reference
-def reference_pass(process, mask, outcome, fmt, index, s: PassSettings):
-    """Row by row, chunk by chunk, group by group, in python floats."""
-    batch = len(process)
-    densities, lengths = [], []
-    for i in range(batch):
-        pos = [t for t in range(len(process[i])) if mask[i][t]]
-        runs = []
-        for t in pos:
-            v = process[i][t]
-            cls = 0 if abs(v) < s.dead_zone else (v > 0) - (v < 0)
-            if runs and runs[-1][0] == cls:
-                runs[-1][1].append(t)
-            else:
-                runs.append((cls, [t]))
-        chunks, pending = [], []
-        for _, run in runs:
-            if len(run) >= s.min_chunk:
-                if chunks:
-                    chunks.append(list(run))
-                else:
-                    chunks.append(pending + run)
-            elif chunks:
-                chunks[-1].extend(run)
-            else:
-                pending += run
-        if not chunks and pending:
-            chunks = [pending]
-        d = [0.0] * len(process[i])
-        for j, chunk in enumerate(chunks):
-            c = sum(process[i][t] for t in chunk) / len(chunk)
-            for t in chunk:
-                if s.density == "chunk":
-                    d[t] = c
-                elif s.density == "sequence":
-                    d[t] = sum(process[i][u] for u in pos) / len(pos)
-                else:
-                    rest = [u for later in chunks[j:] for u in later]
-                    d[t] = sum(process[i][u] for u in rest) / len(rest)
-        densities.append(d)
-        lengths.append(len(pos))
-
-    norm = s.op == "grpo"
-    adv = [[0.0] * len(process[i]) for i in range(batch)]
-    for g in set(index):
-        rows = [i for i in range(batch) if index[i] == g]
-        with_tokens = [i for i in rows if lengths[i]]
-
-        def z(values, rows=rows):
-            if len(rows) == 1:
-                return {rows[0]: values[rows[0]]}
-            mean = statistics.fmean(values[i] for i in rows)
-            std = statistics.stdev([values[i] for i in rows])
-            return {i: (values[i] - mean) / (std + s.epsilon) if norm else values[i] - mean for i in rows}
-
-        z_out = z([outcome[i] if lengths[i] else 0.0 for i in range(batch)])
-        z_fmt = z([fmt[i] if lengths[i] else 0.0 for i in range(batch)])
-        k = len(with_tokens)
-        valid = {i: [t for t in range(len(mask[i])) if mask[i][t]] for i in with_tokens}
-        mu = sum(sum(densities[i][t] for t in valid[i]) / lengths[i] for i in with_tokens) / max(k, 1)
-        var = sum(sum((densities[i][t] - mu) ** 2 for t in valid[i]) / lengths[i] for i in with_tokens) / max(k, 1)
-        std = max(math.sqrt(var), s.std_floor) if var > 0 else math.inf  # a group without variance: 0
-        for i in with_tokens:
-            for t in range(len(mask[i])):
-                if mask[i][t]:
-                    p = (densities[i][t] - mu) / (std + s.epsilon) if norm else (densities[i][t] - mu) * (var > 0)
-                    adv[i][t] = z_out[i] + s.format_coef * z_fmt[i] + s.process_coef * p
-    return adv
-
-
+# ------------------------------------------------------------------------------ the slow loop reference
 VALUES = [-1.0, -0.5, -0.1, 0.0, 0.0, 0.1, 0.5, 1.0]
 
 

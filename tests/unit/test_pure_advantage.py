@@ -8,42 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.harness.references import reference_pure
 from verl_bot.advantage.pure import compute_pure_advantage, pure_advantage
 from verl_bot.credit.streams import StreamsUnavailable, use_streams
-
-
-def reference_pure(local, step_end, solved, lengths, index, temperature=0.1, coef=1.0, scale=1.0):
-    """Row by row, step by step, as PURE's process_experiences + rloo returns read (python floats)."""
-    rows = []
-    for i, length in enumerate(lengths):
-        steps, current = [], []
-        for t in range(length):
-            current.append(t)
-            if step_end[i][t] or t == length - 1:
-                steps.append(current)
-                current = []
-        values = [max(-1.0, min(1.0, scale * sum(local[i][t] for t in s) / len(s))) for s in steps]
-        z = [math.exp(-v / temperature) for v in values]
-        rows.append({"steps": steps, "r": [zi / sum(z) * v for zi, v in zip(z, values, strict=True)]})
-    advantages, returns = [], []
-    for i, length in enumerate(lengths):
-        others = [j for j in range(len(lengths)) if j != i and index[j] == index[i] and lengths[j] > 0]
-        other_len = sum(lengths[j] for j in others)
-        per_token = sum(sum(rows[j]["r"]) for j in others) / other_len if other_len else 0.0
-        v = solved[i] - 1.0
-        if others:
-            v -= sum(solved[j] - 1.0 for j in others) / len(others)
-        reward = [0.0] * len(local[i])
-        ends = set()
-        for s, r in zip(rows[i]["steps"], rows[i]["r"], strict=True):
-            reward[s[-1]] += r - per_token * len(s)
-            ends.add(s[-1])
-        if length:
-            reward[length - 1] += coef * v
-        ret = [sum(reward[t:length]) if t < length else 0.0 for t in range(len(local[i]))]
-        returns.append(ret)
-        advantages.append([0.0 if t in ends else ret[t] for t in range(len(local[i]))])
-    return advantages, returns
 
 
 def as_tensors(local, step_end, lengths):

@@ -26,6 +26,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.config import ActorConfig
 
 import verl_bot.plugin
+from tests.harness.references import reference_weights
 from verl_bot.advantage.reco import OCCURRENCES, compute_reco_advantage, pairing_metrics, reco_weights, repeat_counts
 from verl_bot.credit.context import BatchContext, loss_settings, use_context, use_loss_settings
 from verl_bot.errors import VerlBotConfigError
@@ -168,31 +169,6 @@ def test_bad_inputs_are_refused():
         reco_weights(torch.tensor([[float("nan")], [0.0]]), mask, ["u1", "u2"], responses=ids)
     with pytest.raises(ValueError, match="same"):
         reco_weights(lp[:, :0], mask, [0, 0], responses=ids)
-
-
-def reference_weights(
-    mean_lp: list[float], responses: list[tuple], index: list, valid: list[bool], w_max: float, occurrence: str
-) -> list[float]:
-    """Row by row in float64: pi_hat from the copies and/or the model, 1/(K pi_hat) clipped, divided by the group
-    mean (1 without tokens). `responses`: each row's valid token ids."""
-
-    def pi_hat(j: int, members: list[int]) -> float:
-        copies = sum(responses[m] == responses[j] for m in members) if occurrence != "model" else 1
-        if occurrence == "count":
-            return copies / len(members)
-        return copies * math.exp(mean_lp[j]) / sum(math.exp(mean_lp[m]) for m in members)
-
-    def raw(j: int, members: list[int]) -> float:
-        return min(1.0 / (len(members) * pi_hat(j, members)), w_max)
-
-    out = []
-    for i in range(len(mean_lp)):
-        if not valid[i]:
-            out.append(1.0)
-            continue
-        members = [j for j in range(len(mean_lp)) if index[j] == index[i] and valid[j]]
-        out.append(raw(i, members) / (sum(raw(j, members) for j in members) / len(members)))
-    return out
 
 
 @st.composite

@@ -1,14 +1,15 @@
-"""The slow references of tests/reference.py, by hand (they are the expectations of the manager's tests)."""
+"""The slow references of tests/harness/manager.py, by hand (they are the expectations of the manager's tests)."""
 
 import pytest
 
-from tests.reference import token_local, token_pieces, token_spans
+from tests.harness.manager import token_local, token_pieces, token_spans
 
 
 class Pieces:
     """A tokenizer's `decode` over a fixed vocabulary (id 0: the EOS, special), enough for the references."""
 
     vocab = {0: "<eos>", 1: "ab", 2: "cde", 3: "f", 4: "\ufffd"}
+    all_special_ids = [0]
 
     def decode(self, ids, skip_special_tokens=False):
         return "".join("" if (i == 0 and skip_special_tokens) else self.vocab[i] for i in ids)

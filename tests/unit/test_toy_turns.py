@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from tests.conftest import compose_verl_config
+from tests.harness.recipes import cpu_train_args
 from verl_bot.cpu.toy_math import Problem
 from verl_bot.cpu.toy_turns import chat, rows
 from verl_bot.credit.verdict import validate_verdict
@@ -129,8 +130,6 @@ def test_rows_are_verl_rows_with_one_to_four_operations():
     assert all(r["prompt"][0]["content"] == f"Compute {r['extra_info']['expression']}." for r in out)
 
 def test_cpu_train_composes_toy_turns_with_up_to_four_turns():
-    from tests.component.test_recipes import cpu_train_args
-
     cfg = compose_verl_config(cpu_train_args("bot", "toy_turns"))
     rollout = cfg.actor_rollout_ref.rollout
     assert (rollout.agent.default_agent_loop, rollout.multi_turn.max_assistant_turns) == ("tool_agent", 4)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.harness.references import reference_turn_bot
 from verl_bot.advantage.turn_bot import (
     TurnBotSettings,
     compute_turn_bot_advantage,
@@ -45,40 +46,6 @@ def test_the_manager_writes_w_s_times_each_turns_mean_s():
     # S: turn 0 = 0.5 + (-0.3 on token 0), turn 1 = -0.5; turn means 0.4 and -0.5
     np.testing.assert_allclose(rewards, [2.0 + 0.4 * 0.2, 2.2, 2.2, 2.0, 2.0, 2.0 - 0.2, 1.8])
     np.testing.assert_allclose(turn_reward, [0.16, 0.16, 0.16, 0.0, 0.0, -0.2, -0.2])
-
-
-def reference_turn_bot(rewards, mask, turn_reward, uids, gamma, norm_by_std=True, eps=1e-6, floor=0.0):
-    """Slow loops: returns over the following turns, a leave-one-out bag mean, BoT's pooled population std."""
-    rewards, mask, turn_reward = (np.asarray(x, dtype=np.float64) for x in (rewards, mask, turn_reward))
-    q = np.zeros_like(rewards)
-    for i in range(len(rewards)):
-        turns, k, previous = [], -1, 0
-        for t in range(rewards.shape[1]):
-            if mask[i, t] and not previous:
-                k += 1
-                turns.append([])
-            if mask[i, t]:
-                turns[k].append(t)
-            previous = mask[i, t]
-        values = [np.mean(turn_reward[i, ts]) for ts in turns]
-        for k, ts in enumerate(turns):
-            later = sum(gamma ** (j - k) * values[j] for j in range(k + 1, len(turns)))
-            q[i, ts] = rewards[i, ts] + later
-    out = np.zeros_like(rewards)
-    for uid in set(uids):
-        members = [i for i in range(len(uids)) if uids[i] == uid and mask[i].any()]
-        if len(members) < 2:
-            continue
-        means = {i: q[i, mask[i] != 0].mean() for i in members}
-        mu = np.mean(list(means.values()))
-        var = np.mean([np.mean((q[i, mask[i] != 0] - mu) ** 2) for i in members])
-        if var == 0:
-            continue
-        scale = 1.0 / (max(np.sqrt(var), floor) + eps) if norm_by_std else 1.0
-        for i in members:
-            baseline = np.mean([means[j] for j in members if j != i])
-            out[i] = np.where(mask[i] != 0, (q[i] - baseline) * scale, 0.0)
-    return out
 
 
 def random_batch(rng, rows=24, width=14):

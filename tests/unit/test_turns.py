@@ -15,6 +15,7 @@ from tensordict import TensorDict
 from verl import DataProto
 
 from tests.conftest import compose_verl_config
+from tests.harness.recipes import cpu_train_args
 from verl_bot.cpu.toy_calc import chat
 from verl_bot.cpu.toy_math import Problem
 from verl_bot.credit.token_credit import CreditSettings, OutputLayout, TokenLayout, token_credit
@@ -339,18 +340,14 @@ def test_a_verl_reward_function_gets_the_turns_and_may_return_values_per_turn(ti
     assert "turns" not in verdict_from_result({"score": 1.0})  # a single-turn function's verdict, as before
 
 
-def test_cpu_train_runs_toy_calc_through_verls_tool_agent_loop(tmp_path):
-    from tests.component.test_recipes import cpu_train_args
-
-    res = cpu_train_args(tmp_path, "bot", "toy_calc")
-    assert res.returncode == 0, res.stderr[-2000:]
-    cfg = compose_verl_config(res.stdout.splitlines())
+def test_cpu_train_runs_toy_calc_through_verls_tool_agent_loop():
+    cfg = compose_verl_config(cpu_train_args("bot", "toy_calc"))
     rollout = cfg.actor_rollout_ref.rollout
     assert (rollout.agent.default_agent_loop, rollout.multi_turn.enable, rollout.multi_turn.format) == (
         "tool_agent", True, "hermes")
     assert rollout.multi_turn.function_tool_path.endswith("verl_bot/cpu/calc_tool.py")
     assert (cfg.data.max_response_length, cfg.reward.reward_manager.name) == (96, "bot")
-    pure = compose_verl_config(cpu_train_args(tmp_path, "pure", "toy_calc").stdout.splitlines())
+    pure = compose_verl_config(cpu_train_args("pure", "toy_calc"))
     from verl_bot.advantage.pure import startup_problem
 
     assert startup_problem(pure, []).startswith("adv_estimator=pure: blank-line steps")  # refused at start-up

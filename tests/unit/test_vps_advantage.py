@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from tests.harness.references import reference_vps
 from verl_bot.advantage.vps import (
     DEFAULT_STD_FLOOR,
     PROBE_FIELD,
@@ -19,49 +20,6 @@ from verl_bot.advantage.vps import (
 )
 from verl_bot.credit.context import BatchContext, use_context
 from verl_bot.errors import VerlBotConfigError
-
-
-def reference_vps(
-    base, lengths, index, cuts, logp, solved, alpha, space="prob", normalize="group", floor=-20.0, std_floor=0.0
-):
-    """Row by row, segment by segment, in python floats (the module docstring's formulas as written)."""
-
-    def value(b):
-        return math.exp(b) if space == "prob" else max(b, floor)
-
-    def end(s):
-        if s is None:
-            return None
-        return s if space == "prob" else max(math.log(s) if s > 0 else -math.inf, floor)
-
-    deltas = []
-    for i in range(len(lengths)):
-        v = [value(b) for b in logp[i]]
-        last = end(solved[i])
-        d = [v[k + 1] - v[k] for k in range(len(v) - 1)]
-        if v:
-            d.append((last if last is not None else v[-1]) - v[-1])
-        deltas.append(d)
-    if normalize == "group":
-        normed = []
-        for i in range(len(lengths)):
-            pool = [x for j in range(len(lengths)) if index[j] == index[i] for x in deltas[j]]
-            mean = sum(pool) / len(pool) if pool else 0.0
-            std = math.sqrt(sum((x - mean) ** 2 for x in pool) / len(pool)) if pool else 0.0
-            normed.append([(x - mean) / (max(std, std_floor) + 1e-6) for x in deltas[i]])
-        deltas = normed
-    width = len(base[0])
-    out, progress = [], []
-    for i, length in enumerate(lengths):
-        row, prow = [], []
-        for t in range(width):
-            k = sum(1 for c in cuts[i] if c <= t) - 1
-            p = deltas[i][k] if (t < length and k >= 0) else 0.0
-            prow.append(p)
-            row.append(base[i][t] + alpha * p if t < length else 0.0)
-        out.append(row)
-        progress.append(prow)
-    return out, progress
 
 
 def tensors(cuts, logp, lengths, width):
