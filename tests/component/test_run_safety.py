@@ -33,6 +33,8 @@ def test_a_valid_bot_run_passes_and_plain_verl_is_not_checked(tmp_path):
     check_config(config(tmp_path, *BOT))
     check_config(config(tmp_path, "algorithm.adv_estimator=grpo", "reward.reward_manager.name=naive",
                         "trainer.use_v1=false", data_sources=("nope",)))  # no verl-bot part: untouched
+    with pytest.raises(VerlBotConfigError, match="no scorer for data_source='nope'"):  # what a bot run is refused
+        check_config(config(tmp_path, *BOT, data_sources=("nope",)))
 
 
 @pytest.mark.parametrize(
@@ -74,11 +76,15 @@ def test_data_sources_of_verls_reward_functions_are_served(tmp_path, tmp_path_fa
     custom = tmp_path_factory.mktemp("fn") / "fn.py"
     custom.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
     check_config(config(tmp_path, *BOT, f"reward.custom_reward_function.path={custom}", data_sources=("mine",)))
+    with pytest.raises(VerlBotConfigError, match="no scorer for data_source='mine'"):  # without the function
+        check_config(config(tmp_path, *BOT, data_sources=("mine",)))
 
 
 def test_broadcast_knob_lets_bot_run_on_a_scalar_manager(tmp_path):
     check_config(config(tmp_path, "algorithm.adv_estimator=bot", "reward.reward_manager.name=naive",
                         "+algorithm.bot_broadcast_scalar=true"))
+    with pytest.raises(VerlBotConfigError, match="reward.reward_manager.name=naive gives one scalar per response"):
+        check_config(config(tmp_path, "algorithm.adv_estimator=bot", "reward.reward_manager.name=naive"))
 
 
 # -------------------------------------------------------------------------- scalar rewards at the estimator

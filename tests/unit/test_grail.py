@@ -377,12 +377,15 @@ def test_unsupported_setups_are_refused_at_start_up_with_one_line(extra, message
 
 
 def test_supported_setups_pass_the_start_up_checks():
+    from verl_bot.errors import VerlBotConfigError
     from verl_bot.launch.preflight import check_config
 
     check_config(grail_config())
     check_config(grail_config("actor_rollout_ref.actor.use_dynamic_bsz=true", "+algorithm.grail_w_max=3"))
     check_config(grail_config("reward.reward_manager.name=bot", "+reward.reward_kwargs.bot.token_level=false"))
     check_config(grail_config("reward.reward_manager.name=bot"))  # unset: one reward per response
+    with pytest.raises(VerlBotConfigError, match="token_level=false"):  # what it refuses: a reward on every token
+        check_config(grail_config("reward.reward_manager.name=bot", "+reward.reward_kwargs.bot.token_level=true"))
 
 
 @pytest.mark.parametrize("layout", ["packed", "padded"])
