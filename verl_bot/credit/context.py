@@ -1,22 +1,12 @@
 """What an estimator may read beyond verl's registry arguments: the batch context of one advantage call.
 
-verl's estimator registry passes `token_level_rewards`, `response_mask`, `index`
-(uids) and `config`. Some estimators need more of the same batch: the named
-reward streams (`verl_bot.credit.streams`), which rows' scorers failed, the old
-log-probs (ReCo), per-row probe results (GRPO-VPS). `verl_bot.hooks.v1.compute_advantage`
-gathers them from TransferQueue for the batch and makes them the active
-context while verl's own `_compute_advantage` runs; an estimator reads them with
-`current()`. Rows are in the batch's order (the order of `token_level_rewards`).
-
-Estimators also report diagnostics here (`report_metrics`); the same hook adds
-them to the step's metrics. Outside a training step (unit tests, scripts) there
-is no context: `current()` is None and `report_metrics` does nothing.
-
-Policy losses have a context of their own, on the worker side: verl passes a
-registered loss only tensors and the actor's config (a dataclass that refuses
-unknown keys), so the trainer ships a verl-bot loss's settings with the update
-(`verl_bot.hooks.v1.update_actor`) and the worker makes them active around verl's
-`ppo_loss` (`verl_bot.hooks.ppo_loss`); the loss reads them with `loss_settings()`.
+verl's registry passes `token_level_rewards`, `response_mask`, `index` (uids) and `config`; `BatchContext` carries
+the rest of the same batch (named reward streams, failed rows, old log-probs, per-row probe results, rows in the
+order of `token_level_rewards`), made active by the iteration's advantage call (`verl_bot.training.context`) and read
+with `current()`; estimators report diagnostics with `report_metrics`. Outside an iteration (unit tests, scripts)
+`current()` is None and `report_metrics` does nothing. A policy loss's knobs, shipped with the actor update, are
+active around verl's `ppo_loss` on the worker (`use_loss_settings`, `loss_settings()`): docs/ALGORITHMS.md, section
+ReCo in a verl run (where the loss's knobs live).
 """
 
 from __future__ import annotations

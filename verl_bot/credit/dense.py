@@ -1,23 +1,12 @@
 """Dense per-token rewards: the `reward_score` forms of the `bot` manager and how they become `rm_scores` rows.
 
-verl's reward loop keeps ONE scalar per response: a reward manager's
-`run_single` returns `{"reward_score": float, ...}` and verl writes that float
-on the last response token. The `bot` reward manager instead returns
-`reward_score` as a list of floats, one per response token (or, with named
-streams, `{"token_rewards": [...], "streams": {...}}`, see `verl_bot.credit.streams`),
-and these pieces turn it into the `rm_scores` row -> `token_level_scores` ->
-`token_level_rewards` on the two paths verl 0.9.1 has:
-
-1. reward computed inside the agent loop (the default): the wrapper of
-   `AgentLoopOutput.as_dict` in `verl_bot.hooks.v1.agent_loop_output` stores the
-   vector as the trajectory's `rm_scores` (`dense_row`);
-2. reward computed by a colocated reward model: verl calls the manager class's
-   `assemble_rm_scores`, a classmethod made to be overridden, which writes the
-   vectors with `assemble_dense_rm_scores` (no patch). verl-bot refuses that
-   path at start-up (`verl_bot.hooks.validate_config`): it bypasses the scorers.
-
-A length that does not match the response is a configuration error
-(`VerlBotConfigError`): it stops the run (see `verl_bot.errors`).
+verl's reward loop keeps ONE scalar per response and writes it on the last response token; the `bot` manager returns
+`reward_score` as a list of floats, one per response token, or `{"token_rewards": [...], "streams": {...}}`
+(`verl_bot.credit.streams`). Here: telling the forms apart (`is_dense`, `split_reward_score`) and one response's
+checked row (`dense_row`: a length that does not match the response is a `VerlBotConfigError`, which stops the run),
+which the trainer adapters store (`verl_bot.training.rows`). `assemble_dense_rm_scores` (a batch's vectors as a
+right-padded `rm_scores`) has no caller: verl's colocated reward-model path it was written for is refused at start-up
+(it bypasses the scorers). The data flow: docs/architecture.md, section Dense plumbing.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Multi-output agent loops in the `bot` manager: one scorer call per session, token rewards per output.
 
-A verl agent loop may return several `AgentLoopOutput`s for one sample (a *session*, `{uid}_{session}`);
-verl scores them in ONE `run_single` call, a batch with one row per output (`pad_sequence` layout:
-each row's lengths are the `prompt_len` / `response_len` columns, not its attention mask), and copies the
-last output's `reward_score` to the earlier outputs. The manager therefore:
-
-- asks the scorer once, with `trajectories: [{"index": j, "response": text_j}, ...]` (`response` stays the
-  last text, so a scorer that ignores the list still scores the session; earlier outputs then get G only);
-- accepts `trajectories: [{"index": j, "local": [spans on text_j], "value": v}]` in the verdict
-  (`verl_bot.credit.verdict`), which `verl_bot.credit.token_credit` turns into output j's S_t;
-- returns `{"token_rewards": last, "by_trajectory": {fingerprint_j: reward_score_j}}`
-  (`session_reward_score`), each output's rewards keyed by a fingerprint of its (prompt ids, response ids);
-  `verl_bot.training.rows` picks a row's entry by its own ids (`pick_trajectory`), so an output never trains on
-  another output's rewards.
+verl scores a session's outputs (`{uid}_{session}`) in ONE `run_single` call, a batch with one row per output
+(`pad_sequence` layout: each row's lengths are its `prompt_len` / `response_len` columns, not its attention mask),
+and copies the last output's `reward_score` to the earlier ones. Here: the rows' ids, the request's `trajectories`
+(`trajectories_request`), the reward form keyed by each output's fingerprint (`session_reward_score`) and the pick
+of a row's own entry (`pick_trajectory`, used by `verl_bot.training.rows`), so an output never trains on another
+output's rewards. The request and verdict: docs/REWARD_API.md, section Several outputs per sample.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """Map character spans of a response's text to its tokens.
 
-A reward server scores the response TEXT and returns local signals on
-character spans (`[start, end)` Python string indices, docs/REWARD_API.md). The
-policy was trained on TOKENS. This module finds which characters each token
-produced, using the tokenizer's own decoding of the actual response token ids,
-so it is right for any tokenizer whose decoding is prefix-consistent (byte-level
-BPE as in Qwen/SmolLM/Phi, SentencePiece):
-
-- text = `tokenizer.decode(ids, skip_special_tokens=True)`: the same text the
-  scorer sees, except that think tags (`<think>`, `</think>`) a tokenizer marks
-  special are kept: the reward servers find a reasoning model's think block by
-  them (`verl_bot_contract.think`);
-- token i covers the characters that decoding `ids[: i + 1]` added to decoding
-  `ids[: i]`, a decode that ends in an unfinished character counting up to it
-  (computed incrementally over a short window, O(n); checked against the full
-  decode, with an exact O(n^2) fallback);
-- a token that completes no character (the first bytes of a multi-byte
-  character) is given the characters of the token that completes it;
-- special tokens (EOS, ...) cover no character.
-
-The rule for a token whose characters fall in several spans, or partly outside
-every span (a token straddling a span edge): its local value is the MEAN of
-the per-character values over the characters it covers (text outside every
-span counts 0). A token covering no character gets 0. A truncated response
-(ending inside a multi-byte character) decodes to a trailing U+FFFD, which the
-last token covers.
+A reward server scores the response TEXT and returns local signals on character spans (`[start, end)` Python string
+indices, docs/REWARD_API.md); the policy was trained on TOKENS. Each token covers the characters its decoding added,
+from the tokenizer's own decoding of the actual response ids (right for any tokenizer whose decoding is
+prefix-consistent: byte-level BPE as in Qwen/SmolLM/Phi, SentencePiece); a token's local value is the mean of the
+per-character values it covers. The rules: docs/architecture.md, section Span-to-token mapping.
 """
 
 from __future__ import annotations

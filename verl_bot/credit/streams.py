@@ -1,47 +1,9 @@
 """Named per-token reward streams next to the composed token rewards (the carrier for estimators such as PURE).
 
-`token_level_rewards` holds ONE summed vector `r_t = w_g * G + w_s * S_t`. Some
-estimators need the parts apart: PURE wants the process signal per step and
-the verifiable outcome at EOS; PASS standardizes process, outcome and format
-separately. So the `bot` reward manager can send, next to the composed
-vector, these streams (each one float per response token):
-
-    global    G (the global score, shaping included) on the last token, 0 elsewhere
-    local     S_t, the scorer's local signal of each token (no weight applied)
-    step_end  1 on the last token of every step, 0 elsewhere: the steps of
-              `verl_bot_contract.steps.split_steps` (a step ends with a blank line, "\\n\\n"
-              or more, whitespace-only lines included), and the last token ends the last step
-    outcome   the verifiable outcome on the last token (1 solved, 0 not), 0 elsewhere;
-              read from the verdict's `info` (`verdict.verdict_outcome`): the first of `solved`, `correct` (math),
-              `compiled` (React) that is present; a failed scorer or an item with
-              an `error` is 0; none of them present -> NaN (the estimator says so)
-    format    the verdict's `global.parts["format"]` on the last token (the math server's
-              format bonus/penalty), 0 elsewhere; 0 when the scorer reports no such part
-              (toy_lint, React), failed or flagged an `error`
-    turn_reward  in r_t's units (w_s applied, unlike the others): on each generated token, w_s times
-              the mean of S_t over its turn's generated tokens (`turns.turn_means`: a turn's own reward,
-              w_s * v_k for a scorer's turn value v_k), 0 on context tokens; a single-turn response is one
-              turn. r_t - turn_reward is w_g * G plus the token's deviation from its turn's mean S
-
-"The last token" is the response's last token, which a multi-turn rollout's mask may leave out (a
-rollout truncated inside a tool observation): estimators read `global`, `outcome` and `format` with
-`response_value`, which finds the value wherever it was written.
-
-How they travel (only when the configured estimator declared them, so other
-runs carry nothing extra):
-
-1. the manager returns `reward_score = {"token_rewards": [...], "streams": {name: [...]}}`
-   (`verl_bot.credit.token_credit` builds both);
-2. `verl_bot.credit.dense` stores `token_rewards` as `rm_scores` and each stream as a
-   TransferQueue field `bot_stream_<name>` of the trajectory;
-3. `verl_bot.hooks.v1.compute_advantage` (a wrapper of the v1 trainer's
-   `PPOTrainer._compute_advantage`) fetches the declared fields for the batch,
-   pads them like verl pads `rm_scores`, and puts them in the active batch
-   context (`verl_bot.credit.context`) while verl's own method runs;
-4. the estimator's verl adapter reads them with `active_streams(...)`.
-
-A new stream-consuming estimator is one pure tensor function plus its row in
-`verl_bot.advantage.ESTIMATORS` (which declares its streams here).
+The streams (`global`, `local`, `step_end`, `outcome`, `format`, `turn_reward`) of one response (`token_streams`,
+`step_end_mask`), their TransferQueue fields `bot_stream_<name>` (`stream_fields`), each estimator's declared streams
+(`declare_streams`, `streams_for`) and the estimator's reading of them (`use_streams`, `active_streams`,
+`response_value`). What each stream holds and how it travels: docs/architecture.md, section Named reward streams.
 """
 
 from __future__ import annotations

@@ -2,28 +2,8 @@
 
 The `bot` manager (`verl_bot.rewards.manager`) decodes the rollout into a `TokenLayout`, asks its scorer, parses the
 answer once (`verl_bot.credit.verdict.validate_verdict`) and calls `token_credit`; nothing else composes S. The rules
-(docs/REWARD_API.md, docs/ALGORITHMS.md section 2), all applied below:
-
-- G: the verdict's `global.score`, plus DAPO's overlong penalty when that shaping is on (`overlong_penalty`, on
-  the last output's length). A failed scorer (`ScorerFailure`) has G = `failure_score`, no S, outcome and format 0.
-- layout `dense`: r_t = w_g * G + w_s * S_t on every response token of every output; G is on every token,
-  context tokens included (their response mask is 0: they train nothing). Layout `returns` (verl's return-based
-  estimators: a return from t sums the rewards from t on): r_t = w_s * S_t, plus w_g * G on the last token of the
-  last output (where verl puts its own scalar), so the return from t is G plus the local signal after t.
-- S_t = clip(S^span_t + S^output + S^turn_t, -local_clip, local_clip) on the tokens the policy generated, and
-  S_t = 0 on context tokens (a multi-turn response's tool replies and role headers), whatever a span covers:
-    S^span_t   the mean of the verdict's span values over the characters token t produced (`spans.py`); the
-               top-level `local` spans belong to the last output, a `trajectories` entry's to its output j;
-    S^output   a `trajectories` entry's `value`, on every token of its output;
-    S^turn_t   a `turns` entry's value on every token of its assistant turn (the last output's turns).
-- An EOS covers no character: no span reaches it; it gets G and its turn's value.
-- Several outputs (a multi-output session): each gets its own S and token rewards, under one G
-  (`sessions.session_reward_score` keys them by fingerprint).
-- layout `scalar`: one scalar w_g * G for verl's last token; turn values and local spans have no place: they are
-  counted (`turns_unused`, `local_unused`), so a run whose scorer's local signal goes nowhere shows it.
-- Metrics (`reward_extra_info`): `local_signal` 1 when a generated token of any output has S_t != 0;
-  `local_on_context` (a response with context tokens) 1 when a span covered a context token, whose value was
-  dropped; `score` (G), G's parts, `flags`, `solved`/`acc`, `scorer_failed`, `scorer_error`, `scorer_error_msg`.
+are `token_credit`'s docstring; explained in docs/REWARD_API.md (How the manager turns a verdict into token rewards)
+and docs/ALGORITHMS.md (section 2, Reward composition).
 """
 
 from __future__ import annotations
@@ -183,7 +163,29 @@ def output_local(verdict: Verdict, layout: TokenLayout, j: int) -> tuple[np.ndar
 
 
 def token_credit(scored: Verdict | ScorerFailure, layout: TokenLayout, settings: CreditSettings) -> TokenCredit:
-    """A rollout's token rewards, reward streams and reward metrics from its verdict (the module docstring's rules).
+    """A rollout's token rewards, reward streams and reward metrics from its verdict, by these rules:
+
+    - G: the verdict's `global.score`, plus DAPO's overlong penalty when that shaping is on (`overlong_penalty`, on
+      the last output's length). A failed scorer (`ScorerFailure`) has G = `failure_score`, no S, outcome and
+      format 0.
+    - layout `dense`: r_t = w_g * G + w_s * S_t on every response token of every output; G is on every token,
+      context tokens included (their response mask is 0: they train nothing). Layout `returns` (verl's return-based
+      estimators: a return from t sums the rewards from t on): r_t = w_s * S_t, plus w_g * G on the last token of the
+      last output (where verl puts its own scalar), so the return from t is G plus the local signal after t.
+    - S_t = clip(S^span_t + S^output + S^turn_t, -local_clip, local_clip) on the tokens the policy generated, and
+      S_t = 0 on context tokens (a multi-turn response's tool replies and role headers), whatever a span covers:
+        S^span_t   the mean of the verdict's span values over the characters token t produced (`spans.py`); the
+                   top-level `local` spans belong to the last output, a `trajectories` entry's to its output j;
+        S^output   a `trajectories` entry's `value`, on every token of its output;
+        S^turn_t   a `turns` entry's value on every token of its assistant turn (the last output's turns).
+    - An EOS covers no character: no span reaches it; it gets G and its turn's value.
+    - Several outputs (a multi-output session): each gets its own S and token rewards, under one G
+      (`sessions.session_reward_score` keys them by fingerprint).
+    - layout `scalar`: one scalar w_g * G for verl's last token; turn values and local spans have no place: they are
+      counted (`turns_unused`, `local_unused`), so a run whose scorer's local signal goes nowhere shows it.
+    - Metrics (`reward_extra_info`): `local_signal` 1 when a generated token of any output has S_t != 0;
+      `local_on_context` (a response with context tokens) 1 when a span covered a context token, whose value was
+      dropped; `score` (G), G's parts, `flags`, `solved`/`acc`, `scorer_failed`, `scorer_error`, `scorer_error_msg`.
 
     Args:
         scored: the scorer's validated verdict (`verdict.validate_verdict`), or its failure.

@@ -1,24 +1,11 @@
 """The turns of a multi-turn response (verl's `ToolAgentLoop`): where they lie, and a scorer's value per turn.
 
-A multi-turn response interleaves what the policy generated (response mask 1: each assistant turn, its EOS
-included) with context it did not (mask 0: tool replies, the chat template's role headers between turns).
-Turns are numbered from 0; a new turn starts at each 0 -> 1 edge of the mask, and a context run belongs to the
-turn before it (a context run before any assistant token to turn 0).
-
-- `turn_ids`: the turn of every response token;
-- `turn_layout`: the REWARD_API request's `turns` (docs/REWARD_API.md): runs of one turn and role
-  (`assistant`, `context`) with their `[start, end)` characters in the response text;
-- `turn_token_values`: a verdict's per-turn values on tokens: each value on every mask-1 token of its turn (its
-  EOS included), 0 on context tokens;
-- `turn_count`: how many assistant turns a response has;
-- `turn_means`: each generated token's turn mean of a per-token value (the `turn_reward` stream's values);
-- `rollout_mask`, `multi_turn_info`: the mask and verl's multi-turn fields out of what the reward worker gets;
-- `multi_turn_enabled`: a multi-turn run (the start-up refusal of `pure`, whose blank-line
-  steps) in one.
-
-Pure functions (numpy, no verl): the manager (`verl_bot.rewards.manager`) reads the response mask that the hook
-`verl_bot.hooks.response_mask` carries to the reward worker and builds the request's `turns`; the verdict's turn
-values become S with `verl_bot.credit.token_credit`.
+A multi-turn response interleaves what the policy generated (response mask 1: each assistant turn, its EOS included)
+with context it did not (mask 0: tool replies, role headers); a new turn starts at each 0 -> 1 edge of the mask.
+Pure functions (numpy, no verl): each token's turn, the request's `turns` layout, a verdict's turn values on tokens,
+turn means (the `turn_reward` stream), the mask and verl's multi-turn fields out of what the reward worker gets
+(carried there by `verl_bot.hooks.response_mask`). The request and verdict: docs/REWARD_API.md, section
+Multi-turn responses (`turns`).
 """
 
 from __future__ import annotations

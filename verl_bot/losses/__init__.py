@@ -1,15 +1,10 @@
-"""Policy losses: pure tensor functions, one module per method, and their table.
+"""Policy losses: pure tensor functions, one module per method, and their table `LOSSES`.
 
-A loss here has verl's `PolicyLossFn` signature, is registered with verl's
-`register_policy_loss` (by `verl_bot.hooks.registries`) and selected with
-`actor_rollout_ref.actor.policy_loss.loss_mode=<name>`. verl's actor config
-refuses keys it does not know, so a loss keeps its knobs in the `algorithm`
-config as `+algorithm.<name>_<knob>`; the trainer hooks ship them to the
-workers with every actor update and the loss reads them with
-`verl_bot.credit.context.loss_settings()` (None outside verl's trainer: defaults).
-A new loss is a module plus one row in `LOSSES`: its function, its knobs (a
-`verl_bot.knobs.MethodSettings` class) and its start-up check, which
-`verl_bot.launch.preflight` asks when the run selects the loss.
+A loss has verl's `PolicyLossFn` signature, is registered with verl's `register_policy_loss` (by
+`verl_bot.hooks.registries`) and selected with `actor_rollout_ref.actor.policy_loss.loss_mode=<name>`. verl's actor
+config refuses unknown keys, so its knobs are `+algorithm.<name>_<knob>`, shipped with every actor update and read
+with `verl_bot.credit.context.loss_settings()` (None outside verl's trainer: defaults). A new loss is a module plus
+one row in `LOSSES`: its function, its knobs (a `verl_bot.knobs.MethodSettings` class) and its start-up check.
 """
 
 from __future__ import annotations

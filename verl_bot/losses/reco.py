@@ -1,35 +1,14 @@
 """ReCo's token weight (arXiv 2607.26862): the Bernoulli-variance ratio as a stop-gradient coefficient.
 
-ReCo replaces PPO's token importance ratio r = p / p_old by the ratio of the
-token's Bernoulli variances, which favours undecided tokens over near-certain
-ones:
+The verl policy loss `reco` (`compute_policy_loss_reco`, `actor_rollout_ref.actor.policy_loss.loss_mode=reco`), its
+ratio (`variance_ratio`, floored and capped [ours]) and its start-up check: verl's vanilla PPO loss (clip, dual clip,
+aggregation) with each token scaled by a stop-gradient factor,
 
-    p = pi_theta(o_t | h_t),  p_old = pi_old(o_t | h_t)
-    r_var = p (1 - p) / (p_old (1 - p_old))
-    gradient of token t = w_i * r_var * A_i * grad log p                 (w_i: the `reco` estimator's weight)
+    r_var = p (1 - p) / (p_old (1 - p_old))  [paper],    loss_t = sg[r_var / r] * vanilla_t(r, A)  [ours]
 
-r_var must be a coefficient, not a surrogate: with the gradient flowing through
-it, at theta = theta_old the update is A (1 - 2p)/(1 - p) grad log p, which
-pushes likely tokens (p > 1/2) the wrong way. So the loss keeps verl's vanilla
-PPO loss (clip and dual clip, aggregation) and scales each token by a
-stop-gradient factor:
-
-    loss_t = sg[r_var / r] * vanilla_t(r, A)
-
-Its gradient is r_var * A * grad log p on unclipped tokens and 0 on clipped
-ones, as in vanilla. Ours (the paper's text was not available): the
-denominator is floored, p_old (1 - p_old) >= `reco_rvar_floor` (1e-6), and
-r_var is capped at `reco_rvar_cap` (default: the actor's `clip_ratio_c`, 3),
-so p_old -> 1 stays finite. The factor goes into the slot verl's vanilla loss
-multiplies its per-token losses by (`rollout_is_weights`, times verl's own
-rollout-correction weights when there are any).
-
-At the first mini-batch of a step theta = theta_old, so r_var = r = 1: the
-token weight acts only on later mini-batches or PPO epochs
-(`ppo_mini_batch_size` < `train_batch_size`, or `ppo_epochs` > 1).
-
-Metrics (moved to `reco/...` by the trainer hook): `rvar_mean`, `rvar_capped_share`,
-`saturated_share` (tokens with p_old > 0.99).
+so the gradient is r_var * A * grad log p on unclipped tokens and 0 on clipped ones (through r_var it would push
+likely tokens the wrong way). r_var = r = 1 on an iteration's first mini-batch. Why a coefficient, the knobs,
+metrics and tests: docs/ALGORITHMS.md, sections ReCo and ReCo in a verl run.
 """
 
 from __future__ import annotations

@@ -1,36 +1,11 @@
 """The built-in in-process scorers of the CPU tasks: `toy_lint`, `toy_math`, `toy_calc` and `toy_turns`.
 
-`toy_lint` has the shape of the React reward's ESLint part (a global score plus
-penalties on spans of the response) on a task a tiny model can learn on a CPU:
-"write text without forbidden characters".
-
-- forbidden characters: `ground_truth["forbidden"]` (or `extra_info["forbidden"]`),
-  default `"aeiou"`;
-- G = 1 - 2 * (forbidden characters / non-whitespace characters), in [-1, 1];
-  an empty (or all-whitespace) response gets the sentinel G = -1 and flag `empty`;
-- local: every maximal run of forbidden characters is a span with value -1;
-- info: `forbidden_chars` (count) and `solved` (no forbidden character: the
-  verifiable outcome PURE reads).
-
-`toy_math` (integer arithmetic chains in the AIME step format, `verl_bot.cpu.toy_math`) is the math reward
-server's own scorer, run in-process: `reward_servers.math.server.MathScorer` with the rule-based step judge
-(`reward_servers/math/rule_judge.py`, error propagation) and integer answers only, each item through the
-service's per-item path (`score_batch`). Its verdict is the one `python -m reward_servers.math --judge rule
---no-math-verify` answers over HTTP: G = 3 * 1[correct] + b_format (parts `answer`, `format`), local
-0.5 * e_s / |S| on each step's span, `info.correct` the outcome. The server is imported on toy_math's first call.
-
-`toy_calc` (toy_math's problems solved with a calculator tool over two assistant turns, `verl_bot.cpu.toy_calc`)
-scores per turn from the request's turn layout (`turns`): G = 1[the last turn's `<final>` is the answer] (part
-`correct`); turn 0 gets `TURN_VALUE` when its tool call sends the problem's expression, else -`TURN_VALUE`; the last
-turn, when there is one after the tool's reply, `TURN_VALUE` when its answer is what the tool returned, else
--`TURN_VALUE`. Values of both signs (centred): a turn earns for doing its part right, not for existing.
-
-`toy_turns` (the same tool, the model chooses how many turns: `verl_bot.cpu.toy_turns`): G = 1[the last turn's
-`<final>` is the answer]; each turn before the answer turn (and the last turn when it has no answer) is a call:
-`TURN_VALUE` when it is the first to send the problem's expression, else -`TURN_VALUE` (a wrong, repeated or
-unparseable call: a wasted turn); the answer turn `TURN_VALUE` when it answers what the tool last returned,
--`TURN_VALUE` when it does not, 0 when no turn called the tool. Flags (`reward/flag/<name>/mean`: the share of
-rollouts): `direct` (answered without a call), `wasted_call` (a call valued -`TURN_VALUE`), `no_final`.
+- `toy_lint`: the shape of the React reward's ESLint part (G plus penalties on spans): docs/ALGORITHMS.md, section 5;
+- `toy_math`: the math reward server's own scorer (`reward_servers.math.server.MathScorer`, the rule step judge,
+  integer answers), run in-process and imported on its first call;
+- `toy_calc`, `toy_turns`: a value per assistant turn from the request's `turns` (`TURN_VALUE`, centred: a turn
+  earns for doing its part right, not for existing).
+The tasks and their rewards: docs/cpu_demo.md, sections `toy_math`, `toy_calc` and `toy_turns`.
 """
 
 from __future__ import annotations

@@ -1,47 +1,13 @@
-"""The `bot` reward manager: scorer verdicts -> dense per-token rewards for verl's reward loop.
+"""The `bot` reward manager (`reward.reward_manager.name=bot`): scorer verdicts -> dense per-token rewards for verl's
+reward loop.
 
-Selected with `reward.reward_manager.name=bot`. For each rollout `run_single` decodes its outputs into a
-`TokenLayout`, calls the scorer chosen by the row's `data_source`, parses the verdict once
-(`verl_bot.credit.verdict`) and hands both to `verl_bot.credit.token_credit.token_credit`, which composes
-`r_t = w_g * G + w_s * S_t` over the response tokens; the vector is returned as `reward_score`
-(`verl_bot.credit.dense` carries it into `token_level_rewards`).
-
-Scorer of a data_source, first match wins:
-1. `reward.reward_kwargs.bot.scorers.<data_source>` (built in: toy_lint);
-2. `reward.custom_reward_function` (verl's keys and signature) when set;
-3. verl's `default_compute_score`, for the data sources it knows (openai/gsm8k, lighteval/MATH, aime*, ...).
-Steps 2-3: `verl_bot.rewards.verl_scorer`. A data_source none of them knows is a configuration error.
-
-Knobs, under `reward.reward_kwargs.bot` (add them with `+reward.reward_kwargs.bot.KEY=VALUE`): the weights w_g and
-w_s, the clip of S_t, the scorers, the scorer calls' timeout, retries and worker processes, the failed-scorer G and
-when failures stop the run, and `token_level`, the layout of the rewards on the tokens; declared in
-`verl_bot.rewards.settings.ManagerSettings`, documented in docs/knobs.md.
-
-DAPO's overlong shaping reads verl's own keys, as verl's `dapo` manager does:
-`+reward.reward_kwargs.overlong_buffer_cfg.{enable,len,penalty_factor}` and
-`+reward.reward_kwargs.max_resp_len`; the penalty is added to G (`verl_bot.credit.token_credit.overlong_penalty`).
-
-`reward_extra_info` of every response (`token_credit`; the PRM's `prm_*` too): `score` (G, shaping
-included), every part of G by name, `scorer_failed` and `scorer_error` (0/1), `scorer_error_msg` (the
-failure's message, "" if none), `flags` (the verdict's flags, comma-joined), and
-`solved` and `acc` (1/0: the verdict's `info.solved`, `info.correct` for math,
-`info.compiled` for React; absent when the scorer reports none of them; 0 for a
-failed scorer) and `overlong` when the shaping is on -> verl metrics
-`reward/<key>/mean` and `reward/flag/<name>/mean` (`verl_bot.rewards.metrics`);
-`acc` makes verl's `val-core/<data_source>/acc/mean@N` the accuracy / compile rate.
-With dense rewards (`token_level`) also `local_signal`: 1 when at least one generated
-token of the rollout gets a non-zero local signal S_t, else 0 (a failed scorer: 0) ->
-`reward/local_signal/mean`, the share of rollouts that carry any local signal: 0
-means `bot` trains on G alone there, as GRPO would (e.g. a reasoning model's answer
-the math server found no steps in).
-
-A configuration error (no scorer for the row's `data_source`, a reward server
-refusing the credentials) is not raised here (verl would tag the group failed
-and train on): the response gets a zero reward carrying the
-`verl_bot.errors.FATAL_KEY` marker, which stops the run (`verl_bot.errors`).
-
-When `algorithm.adv_estimator` reads named reward streams (`pure`, `pass`), `reward_score`
-also carries them: `verl_bot.credit.streams`.
+For each rollout `run_single` decodes its outputs into a `TokenLayout`, calls the scorer chosen by the row's
+`data_source` (its own `scorers` entry, else verl's reward functions: `verl_bot.rewards.verl_scorer`), parses the
+verdict once (`verl_bot.credit.verdict`) and hands both to `verl_bot.credit.token_credit`, which composes
+r_t = w_g * G + w_s * S_t and the named streams; knobs in `verl_bot.rewards.settings.ManagerSettings`. A
+configuration error is not raised here (verl would tag the group failed and train on): the response gets a zero
+reward carrying `verl_bot.errors.FATAL_KEY`, which stops the run. Where G and S come from, what it reports, the
+knobs: docs/verl_setup.md (Where G and S come from, What the manager reports), docs/knobs.md, docs/run_safety.md.
 """
 
 from __future__ import annotations

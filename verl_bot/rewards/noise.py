@@ -1,16 +1,10 @@
 """A noisy local signal: flip or jitter a verdict's local spans, reproducibly (the CPU scorers' `flip`/`jitter`).
 
-The paper claims that stable local signals beat rich but noisy ones; this knob makes a local signal noisy on
-purpose so the claim can be measured on the CPU tasks. Per local span, in order:
-
-    u ~ U[0, 1), z ~ N(0, 1)                     drawn for every span, whatever the settings
-    value <- -value          when u < flip       (a share `flip` of the spans, in expectation, change sign)
-    value <- value * (1 + jitter * z)            (multiplicative Gaussian jitter; 0 = off)
-
-The generator is seeded by SHA-256 of (`seed`, response text), so the same response gets the same noise in every
-run, and a span flipped at `flip = p` is also flipped at every larger `flip` (the draws do not depend on it).
-G (the global score) is never touched. The verdict's `info.local_noise` records the settings and how many spans
-were flipped.
+The paper claims that stable local signals beat rich but noisy ones; `LocalNoise` makes a local signal noisy on
+purpose so the claim can be measured on the CPU tasks: per span, value <- -value when u < flip, then
+value <- value * (1 + jitter * z), u ~ U[0, 1) and z ~ N(0, 1) drawn for every span whatever the settings, seeded by
+SHA-256 of (`seed`, response text); G is never touched. The option and its effect: docs/knobs.md
+(`+reward.reward_kwargs.bot.scorers.<data_source>='builtin:NAME?flip=P&jitter=S&seed=N'`), docs/results.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """A served step process reward model (PRM) as the local signal S of the `bot` manager.
 
-Knobs, under `reward.reward_kwargs.bot.prm` (`PrmSettings`, read by `prm_settings`; docs/knobs.md, docs/prm.md):
-`url` (`router`, verl's reward router, or a vLLM pooling server), the served `model` and its `tokenizer`, how steps
-are split and tagged, which column is p(good) and how it becomes a value, what S becomes, the data sources it
-scores and its input's length.
-
-Per rollout (`PrmClient.score`): the response's answer (after a reasoning model's `</think>`; none when it was cut
-off inside the block) is split into steps (`answer_steps`), step-tag text is removed
-from the steps and the prompt (`prm_tag_in_text`), the PRM's input is rendered with its own tokenizer's chat
-template as [system, user = the prompt, assistant = step1 TAG step2 TAG ...] (Qwen2.5-Math-PRM's format,
-`prm_input_ids`), and one `POST <base>/pooling {"model", "input": ids, "task": "token_classify"}` (vLLM
-0.27.1's pooling API) returns one `[p_bad, p_good]` row per tag. Step i's value `scale * f(q_i)` becomes a
-REWARD_API local span over the step's characters, separator included (so the token that ends the step carries
-it); `verl_bot.credit.spans` turns the spans into S_t like any scorer's.
-
-Failures: a timeout, a 5xx or a connection error (after the retries) raises `PrmUnavailable`, which the manager
-turns into the failed-scorer sentinel; a server that is not a step PRM (400/404, no row per tag, rows that are
-not two probabilities) raises `PrmNotAStepModel`, a `VerlBotConfigError` that stops the run.
-
-With `VERL_BOT_PRM_LOG` set, every answered call appends one JSON line to that file:
-`{"url", "request" (the exact body), "probabilities"}`, so a test can replay it against another server.
+The knobs under `reward.reward_kwargs.bot.prm` (`PrmSettings`, `prm_settings`) and the client (`PrmClient.score`):
+a rollout's answer split into steps (`answer_steps`), step-tag text removed (`prm_tag_in_text`), the PRM's input
+rendered with its own chat template (`prm_input_ids`, Qwen2.5-Math-PRM's format), one `POST <base>/pooling` to
+vLLM's pooling API, and each step's value `scale * f(q_i)` as a REWARD_API local span over the step's characters.
+`PrmUnavailable` becomes the failed-scorer sentinel; `PrmNotAStepModel` stops the run. `VERL_BOT_PRM_LOG` logs
+every answered call. The steps, transforms, failures and knobs: docs/prm.md; docs/knobs.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """verl's reward-model path (`reward.reward_model.enable=true`) with the `bot` manager: which configurations work.
 
-verl 0.9.1 serves a reward model in one of two ways, and the `bot` manager can use only one of them:
-
-- a separate reward pool (`reward.reward_model.enable_resource_pool=true`): the model's servers and verl's
-  reward router run beside the trainer, and every rollout is scored in the agent loop as it finishes, with its
-  `data_source` and ground truth (`AgentLoopWorker._compute_score`). verl's reward-loop worker scores it with
-  the served model itself unless a custom function is set; `verl_bot.hooks.reward_model_path` sends it to the
-  `bot` manager instead, which takes G from the task's verifier and S from the served step PRM
-  (`+reward.reward_kwargs.bot.prm.url=router`, `verl_bot.rewards.prm`) or lets a GenRM-style custom function
-  call the router (`reward_router_address`, `verl_bot.rewards.verl_scorer`);
-- a colocated reward model (`enable_resource_pool=false`): the batch is scored after sampling from
-  `prompts`, `responses` and `raw_prompt` alone (verl/trainer/ppo/v1/trainer_base.py:1529-1582): no
-  `data_source`, no ground truth, so no verifier can give G.
-
-In the separate pool the model's engine sleeps from start-up when `rollout.free_cache_engine=true` (verl's
-default: reward_model.py:48-49), and only the colocated path's `compute_rm_score` wakes it; so the pool must
-keep it awake. The PRM's step scores come from vLLM's `/pooling` API, so its engine must be vLLM.
-
-`reward_model_problem(config)` names the first configuration that cannot work in one line (`verl_bot.launch.preflight`
-raises it before Ray starts); `prm.url=router` without a served model is refused with the other prm knobs
-(`verl_bot.rewards.prm.prm_settings`).
+Of verl 0.9.1's two ways to serve a reward model, the `bot` manager can use only the separate reward pool
+(`enable_resource_pool=true`): there every rollout is scored in the agent loop with its `data_source` and ground
+truth, and `verl_bot.hooks.reward_model_path` sends it to the manager, which takes G from the task's verifier and
+S from the served step PRM (`prm.url=router`, `verl_bot.rewards.prm`) or lets a GenRM-style custom function call
+the router. `reward_model_problem(config)` names the first configuration that cannot work, in one line
+(`verl_bot.launch.preflight` raises it before Ray starts). Each refused setting and why: docs/prm.md, section
+Through verl's reward-model path.
 """
 
 from __future__ import annotations

@@ -1,32 +1,12 @@
 """Pluggable scorers: text in, REWARD_API verdict out, chosen per `data_source`.
 
-A scorer is an object with `async score(item) -> verdict`, where `item` is one
-REWARD_API request item (`prompt`, `response`, `ground_truth`, `extra_info`)
-and the verdict is the REWARD_API response item. Two kinds:
-
-- `HttpScorer`: a reward server (the REWARD_API contract) at one or several
-  base URLs, used round-robin (each request goes to the next URL; a failed
-  request is retried on the next one, with exponential backoff). When the
-  environment has `REWARD_SERVER_TOKEN` (the servers' own variable), it is
-  sent as a bearer token. A server that refuses the credentials (HTTP 401/403)
-  is a configuration error (`ScorerRefused`): it stops the run instead of
-  failing every rollout;
-- `PythonScorer`: an in-process function `fn(prompt, response, ground_truth,
-  extra_info) -> verdict`, sync (run in a thread) or async; a function with a
-  `turns` parameter also gets the request's turn layout (`turns=`: a list for a
-  multi-turn response, None for a single-turn one; docs/REWARD_API.md).
-
-A scorer spec (config value) is one of:
-    "builtin:toy_lint"                      a scorer shipped with verl-bot (`BUILTIN_SCORERS`: toy_lint, toy_math,
-                                            toy_calc), imported when a run first scores with it
-    "python:my_pkg.my_module:my_function"   any importable function
-    "http://127.0.0.1:8801"                 a reward server; several URLs as a
-    ["http://a:8801", "http://b:8801"]      list or comma-separated string
-
-In-process specs take options after `?`: `builtin:toy_math?flip=0.2&jitter=0.5&seed=1` makes the local
-signal noisy (`verl_bot.rewards.noise`: a share `flip` of the spans change sign, values get a
-multiplicative Gaussian jitter, reproducible for `seed` and the response text). Hydra needs the value
-quoted: `+reward.reward_kwargs.bot.scorers.toy_math='builtin:toy_math?flip=0.2&seed=1'`.
+A scorer has `async score(item) -> verdict` (a REWARD_API request item in, its response item out). `HttpScorer`: a
+reward server at one or several base URLs, round-robin with retries and backoff, `REWARD_SERVER_TOKEN` as a bearer
+token, a refused credential (HTTP 401/403) a configuration error (`ScorerRefused`) that stops the run.
+`PythonScorer`: an in-process function, sync (in a thread) or async, given `turns=` when it takes that parameter.
+A spec is `builtin:NAME` (`BUILTIN_SCORERS`, imported on first use), `python:module:function` or URL(s); an
+in-process spec takes noise options after `?` (`verl_bot.rewards.noise`). Explained in docs/REWARD_API.md and
+docs/knobs.md (`+reward.reward_kwargs.bot.scorers.<data_source>`).
 """
 
 from __future__ import annotations

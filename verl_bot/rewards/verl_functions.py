@@ -1,19 +1,11 @@
 """Reads verl 0.9.1's own reward functions: loaded the way verl loads them, and the data sources verl knows.
 
-Nothing of verl is changed here (`verl_bot.hooks` holds the wrappers); it reads the reward path, and the
-readers of the reward path look for it beside them. A verl upgrade must read it too: `default_knows` depends
-on the source code of `default_compute_score`. Used by the `bot` manager (`verl_bot.rewards.verl_scorer`)
-and the start-up checks (`verl_bot.launch.preflight`):
-
-- `function_config(config)`: which function the user's verl setup scores with, as plain data that a fresh
-  worker process can rebuild it from: `reward.custom_reward_function` (verl's `path`/`name`/`reward_kwargs`
-  keys) when its `path` is set, else verl's `default_compute_score` (with `reward.sandbox_fusion` when set);
-- `load_reward_fn(fn_config)`: that function, built by verl's own loader (`get_custom_reward_fn`, what
-  `load_reward_manager` calls) or verl's `default_compute_score`;
-- `default_knows(data_source)`: whether `default_compute_score` scores that data source, decided without
-  calling it: the names and prefixes its if-chain compares `data_source` with (`==`, `in [...]`,
-  `.startswith(...)`), read once from its source code. verl 0.9.1 raises `NotImplementedError` for any other
-  data source; calling it on a made-up response to find out would run a real scorer on garbage.
+Nothing of verl is changed here (`verl_bot.hooks` holds the wrappers). For the `bot` manager
+(`verl_bot.rewards.verl_scorer`) and the start-up checks (`verl_bot.launch.preflight`): which function the user's
+verl setup scores with, as plain data a fresh worker process can rebuild it from (`function_config`), that function
+built by verl's own loader (`load_reward_fn`), and whether verl's `default_compute_score` scores a data source
+(`default_knows`, read from its source code: a verl upgrade must read it too). Explained in docs/verl_setup.md,
+section Where G and S come from.
 """
 
 from __future__ import annotations
@@ -95,7 +87,12 @@ def _strings(node: ast.AST) -> set[str]:
 
 @functools.cache
 def default_data_sources() -> tuple[frozenset[str], tuple[str, ...]]:
-    """(names, prefixes): the data sources verl's `default_compute_score` scores, read from its source code."""
+    """(names, prefixes): the data sources verl's `default_compute_score` scores, read from its source code.
+
+    The names and prefixes its if-chain compares `data_source` with (`==`, `in [...]`, `.startswith(...)`), read
+    once, without calling it: verl 0.9.1 raises `NotImplementedError` for any other data source, and calling it on a
+    made-up response to find out would run a real scorer on garbage. A verl upgrade must read it too.
+    """
     from verl.utils.reward_score import default_compute_score
 
     tree = ast.parse(textwrap.dedent(inspect.getsource(default_compute_score)))

@@ -1,37 +1,13 @@
 """verl's reward functions as a scorer: what a verl setup already scores with, for the `bot` manager.
 
-For a `data_source` that no `reward.reward_kwargs.bot.scorers` entry names, the `bot` manager scores with the
-function verl's own reward managers would call (`verl_bot.rewards.verl_functions`):
-
-1. `reward.custom_reward_function` (verl's keys `path`, `name`, `reward_kwargs`) when set: verl's signature
-   `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`, for every data
-   source (as in verl);
-2. else verl's `default_compute_score`, for the data sources it knows (`openai/gsm8k`, `lighteval/MATH`,
-   `aime*`, ...). Any other data source is a configuration error, before any call.
-
-What the function returns becomes a REWARD_API verdict (`verdict_from_result`): a number is G (also reported
-as `acc`, as verl's `naive` manager does); a dict's `score` is G, its other numeric keys are parts of G (the
-metrics `reward/<key>/mean`; other values are dropped), and
-its optional `local` list of REWARD_API spans (`{"start", "end", "value"}`, character offsets into
-`solution_str`) is the local signal S, its optional `turns` (`[{"turn", "value"}]`) values per assistant turn.
-A multi-turn rollout (verl's `ToolAgentLoop`) gives the function `extra_info["turns"]` (the request's turn
-layout, docs/REWARD_API.md) besides verl's `num_turns`, `turn_scores` and `tool_rewards`. A
-`NotImplementedError` from the function (verl's answer for a data source it does not know) is a configuration
-error that ends the run; any other exception, a timeout or a bad result gets the manager's failure sentinel.
-
-Where it runs. verl's `naive` manager calls a sync function in the reward-loop process's thread pool, where
-`signal.alarm` (math-verify's timeout) cannot work and a hung call can never be stopped. Here sync functions
-run in `fn_workers` worker processes (started on first use, `reward_servers.math.pool.WorkerPool`), each call
-in the main thread of its worker, with a hard per-call limit of `timeout_s` (a hung call's worker is killed
-and replaced). `fn_workers=0` runs them in threads as verl does (for functions that mostly wait on I/O, e.g.
-a synchronous HTTP judge). Async functions are awaited in the reward loop, as verl does.
-
-GenRM-style functions. When verl serves a reward model (`reward.reward_model.enable=true`), verl's `naive` manager
-adds `reward_router_address` (the host:port of verl's reward router) and `reward_model_tokenizer` (the reward
-model's tokenizer) to the call of a custom function (verl/experimental/reward_loop/reward_manager/naive.py:58-64).
-So does this scorer, for a custom function that names both parameters or takes `**kwargs` (verl's `naive` passes
-them to any function, which a function without them answers with a TypeError); in a worker process the
-tokenizer is loaded once from `reward.reward_model.model_path`, as verl's reward loop loads it.
+For a `data_source` that no `reward.reward_kwargs.bot.scorers` entry names: `reward.custom_reward_function` when
+set (verl's keys and signature), else verl's `default_compute_score` for the data sources it knows
+(`verl_bot.rewards.verl_functions`); what the function returns becomes a REWARD_API verdict (`verdict_from_result`).
+Sync functions run in `fn_workers` worker processes (`reward_servers.math.pool.WorkerPool`), each call in its
+worker's main thread (so `signal.alarm` works) under a hard limit of `timeout_s`; async ones are awaited in the
+reward loop. GenRM-style functions get `reward_router_address` and `reward_model_tokenizer` as verl's `naive`
+manager passes them. Explained in docs/verl_setup.md (Where G and S come from) and docs/prm.md (Through verl's
+reward-model path); the `turns` a multi-turn rollout adds to `extra_info`: docs/REWARD_API.md.
 """
 
 from __future__ import annotations
