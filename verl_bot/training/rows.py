@@ -11,7 +11,7 @@ data plane that dropped or mangled them: a batch class that hands out copies and
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from typing import Any
 
 import numpy as np
@@ -27,9 +27,10 @@ SCALAR_ROWS = "the bot manager's token rewards would reach the estimator as one 
 
 
 def row_checksum(rewards: torch.Tensor) -> str:
-    """The checksum of one row's token rewards (n,): 16 hex digits of the blake2b of their float32 bytes."""
-    array = rewards.detach().numpy() if rewards.device.type == "cpu" else rewards.detach().cpu().numpy()
-    return hashlib.blake2b(np.ascontiguousarray(array, dtype=np.float32).tobytes(), digest_size=8).hexdigest()
+    """The checksum of one row's token rewards (n,): its length and the CRC-32 of their float32 bytes, e.g.
+    "18:9c2f1a07" (it catches a row dropped, cut, shifted or changed on the way; no guard against an adversary)."""
+    array = np.ascontiguousarray(rewards.detach().cpu().numpy(), dtype=np.float32)
+    return f"{array.size:x}:{zlib.crc32(array):08x}"
 
 
 def went_past_dense_rows(dense_rewards: bool, rows: list[dict]) -> bool:
