@@ -1,68 +1,13 @@
 """CPU backend for verl 0.9.1: a `cpu` platform and an `hf` (transformers) rollout.
 
-With these, verl's real trainer (`python -m verl.trainer.main_ppo`, default v1
-trainer) runs on a machine without a GPU. Nothing here is active unless the
-CPU platform is selected explicitly:
-
-    VERL_PLATFORM=cpu python -m verl.trainer.main_ppo $(cpu overrides) ...
-
-`VERL_PLATFORM` is the variable verl's own platform manager reads
-(`verl.plugin.platform.platform_manager._detect_platform_name`). Without it
-`register_cpu_backend()` returns `[]` and touches nothing, so on a GPU
-machine (or any run that does not ask for the CPU) verl behaves exactly as
-if verl-bot's CPU backend were not installed
-(tests/component/test_cpu_backend.py::test_inert_when_not_selected).
-The variable is inherited by every Ray worker of a local cluster, and verl
-imports the plugin in every process, so each process registers the same.
-
-The Hydra overrides a CPU run needs (logical Ray CPUs/GPUs, TransferQueue
-storage units, sdpa, fsdp2, fp32, ...) live, explained, in ONE file:
-`verl_bot/cpu/overrides.txt`; `overrides()` reads it for Python,
-`recipes/cpu_overrides.sh` reads it for bash.
-
-What `register_cpu_backend()` does when selected, and why
-------------------------------------------------------------
-Registrations through verl's public extension points:
-
-1. platform `cpu` in `verl.plugin.platform.PlatformRegistry`
-   (`verl_bot/cpu/platform.py`): verl knows only nvidia/huawei/amd and falls
-   back to nvidia, so `trainer.device=cpu` would silently become `cuda`.
-2. rollout replica `hf` in `verl.workers.rollout.replica.RolloutReplicaRegistry`
-   (`verl_bot/cpu/hf_rollout.py`): the rollout server (a Ray actor running
-   `transformers.generate`), selected with `actor_rollout_ref.rollout.name=hf`.
-   A CPU run's default is verl's own vLLM rollout on vLLM's CPU build
-   (`overrides.txt`; P6 below and `verl_bot.hooks.vllm_cpu`, loaded in vLLM's
-   own processes through its `vllm.general_plugins` entry point `verl_bot_vllm`).
-
-Changes of verl internals, each narrow, applied only when selected, and only
-on verl == 0.9.1 (any other version raises `RuntimeError`): P1, P2, P5, P6 and P7 are
-listed with their reasons in `verl_bot.hooks.cpu_backend` (the home of every
-touch point with verl's internals); P3 and P4 are environment variables:
-
-P3. environment `VERL_ENGINE_DEVICE=cuda` (set only if unset): verl 0.9.1
-    registers its FSDP training engine for devices cuda/npu only; this is
-    verl's own documented override of the device used to pick the engine
-    class (`verl.workers.engine.base.EngineRegistry.get_engine_cls`). The
-    engine then runs on whatever the platform says, i.e. the CPU.
-P4. environment `CUDA_VISIBLE_DEVICES`, if set to the empty string, is removed:
-    with it empty, Ray sees no GPUs even when told `num_gpus=N` logical GPUs,
-    and verl's resource pools (made of GPU bundles) are never scheduled.
-
-Known-harmless noise, silenced where it starts (`quiet_known_noise`, called
-first thing by `verl_bot.plugin.register()` in every process of a CPU run):
-
-N1. a warnings filter for verl's notes that its optional training engines
-    (torchtitan, veomni, automodel, mindspeed, megatron) are not installed:
-    five UserWarnings in every process that imports verl's engines; a CPU
-    run uses the FSDP2 engine, which is always there.
-N2. environment `TQ_NUM_THREADS` = the physical cores, when unset and below
-    TransferQueue's default 8: TransferQueue caps its torch threads at the
-    physical cores anyway, and logs a warning every time it does (hundreds per
-    run on a 2-core machine).
-The rest of a CPU run's known-harmless output is filtered from the terminal,
-with reasons, by the demo's console (`verl_bot/cpu/console.py`).
-
-Everything else a CPU run needs is a Hydra override in `overrides.txt`.
+With these, verl's real trainer (`python -m verl.trainer.main_ppo`) runs on a machine without a GPU. Nothing here
+is active unless the CPU platform is selected (`VERL_PLATFORM=cpu`, the variable verl's own platform manager reads):
+`register_cpu_backend()` registers the platform (`verl_bot.cpu.platform`) and the rollout
+(`verl_bot.cpu.hf_rollout`), sets two environment variables (P3, P4) and installs `verl_bot.hooks.cpu_backend`;
+`quiet_known_noise()` silences two known-harmless sources (N1, N2). The Hydra overrides a CPU run needs live,
+explained, in ONE file, `verl_bot/cpu/overrides.txt` (`overrides()` reads it for Python,
+`recipes/cpu_overrides.sh` for bash). What each change is and why: docs/cpu_demo.md, section What the CPU backend
+changes in verl and vLLM, and why.
 """
 
 from __future__ import annotations
@@ -122,7 +67,7 @@ TQ_DEFAULT_THREADS = 8
 
 
 def quiet_known_noise() -> list[str]:
-    """N1 and N2 of the module docstring, if the CPU platform is selected; returns what was done. Idempotent."""
+    """N1 and N2 (docs/cpu_demo.md), if the CPU platform is selected; returns what was done. Idempotent."""
     global _quieted
     if not is_selected():
         return []
@@ -178,6 +123,8 @@ def register_cpu_backend() -> list[str]:
 
     done: list[str] = quiet_known_noise()
 
+    # P4 and P3 (docs/cpu_demo.md): Ray sees no GPUs at all under an empty CUDA_VISIBLE_DEVICES; verl registers its
+    # FSDP engine for cuda/npu only, and VERL_ENGINE_DEVICE is its own override of the device that picks the class
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "":
         LEDGER.setenv("CUDA_VISIBLE_DEVICES", None, "env:CUDA_VISIBLE_DEVICES(unset-empty)")
         done.append("env:CUDA_VISIBLE_DEVICES(unset-empty)")

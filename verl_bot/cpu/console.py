@@ -3,29 +3,12 @@
     python -m verl_bot.cpu.console --log demo.log --metrics RUN/metrics.jsonl --steps 20 --title "[1/2] bot" \
         [--verbose] -- bash recipes/cpu_train.sh [overrides ...]
 
-Runs the command with its stdout and stderr (verl's full output: configs, Ray's and every worker's
-lines, the recipe's own lines) appended to `--log`, and prints only what a person needs:
-
-    [1/2] bot: BoT-GRPO, dense token rewards
-      step  1/20 [#-------------------]  G +0.672  solved 0.031  6.1 s/step  ETA 1:56
-      ...
-      done: 20 steps in 3:05 (start-up 52 s)
-
-The steps come from verl's file logger (`--metrics`, the `VERL_FILE_LOGGER_PATH` of the run) as it grows:
-G = `reward/score/mean` (the mean global score), solved = `reward/acc/mean` (the share of solved
-rollouts), step time = `timing_s/step`; ETA = the mean step time so far x the steps left. On a terminal
-one status line also ticks while the trainer starts and between steps. When the command fails, its last
-lines go to the terminal without the known-harmless ones (below), with the log's path. Ctrl-C or SIGTERM stops
-the trainer (SIGINT to verl's trainer process, which shuts Ray down; SIGKILL after `--stop-timeout-s`). `--verbose`
-copies every line of the command to the terminal as well (the demo's `VERBOSE=1`).
-
-Known-harmless output (`KNOWN_HARMLESS`: each pattern with the reason it is harmless) is never shown
-on the terminal; the log ends with how many lines of each it holds. Two sources are silenced where they
-start, by the CPU backend (`verl_bot.cpu.register_cpu_backend`): verl's notes that its optional training
-engines (torchtitan, veomni, automodel, mindspeed, megatron) are not installed (a warnings filter), and
-TransferQueue's `target_num_threads 8 should not exceed total physical CPU cores` (`TQ_NUM_THREADS` set
-to the cores there are, which TransferQueue would fall back to anyway). Any other warning-like line
-(`WARNING`, `...Warning:`, `Traceback`) is counted and pointed to, so nothing new hides in the log.
+Runs the command with its stdout and stderr appended to `--log` and prints, per step of verl's file logger
+(`--metrics`, the run's `VERL_FILE_LOGGER_PATH`), G = `reward/score/mean`, solved = `reward/acc/mean`, the step time
+(`timing_s/step`) and an ETA (the mean step time so far x the steps left). Known-harmless lines (`KNOWN_HARMLESS`, each
+pattern with its reason) never reach the terminal; any other warning-like line is counted and pointed to. Ctrl-C or
+SIGTERM sends SIGINT to verl's trainer (which shuts Ray down), SIGKILL after `--stop-timeout-s`. What the demo shows:
+docs/cpu_demo.md, section The demo.
 """
 
 from __future__ import annotations

@@ -1,41 +1,11 @@
 """`hf` rollout for verl 0.9.1: token-in/token-out `transformers.generate` in a Ray actor.
 
-verl 0.9.1 registers only vllm/sglang/trtllm rollouts (none installs beside
-verl on a CPU-only machine) and its old `HFRollout` class is orphaned. This
-module plugs the same three pieces those backends have into verl's
-registries (selected with `actor_rollout_ref.rollout.name=hf`):
-
-- `HFRolloutServer`: the rollout server, one Ray actor per replica. Its
-  `generate(prompt_ids, sampling_params, request_id)` returns verl's
-  `TokenOutput` (response token ids and, when asked, their log-probs under
-  the temperature-scaled distribution, `log_softmax(logits / T)`, which is
-  what verl's actor computes; top-k/top-p truncation is not renormalised
-  in). Concurrent requests with the same sampling settings are batched
-  into one `model.generate` call (left padding). Requests with
-  `prompt_logprobs` (verl's distillation teacher path, GRPO-VPS's belief
-  probes) get them as vLLM returns them, from one teacher-forced forward
-  (`_score_batch`). `VERL_BOT_HF_ROLLOUT_THREADS`
-  sets the server's torch threads (default: torch's own choice).
-  With verl's `actor_rollout_ref.rollout.full_determinism=true` the samples
-  depend on nothing but the rollout `seed`, the weights and the prompts: each
-  request is generated alone (no padding, no batch neighbours) under a torch
-  seed drawn from the seed, the weights (the training step they are of, as
-  verl's weight sync names it; else their version), the prompt's token ids and
-  how many requests of that prompt came before with these weights (the n
-  rollouts of a prompt, in whatever order they arrive, are the same n samples;
-  a run resumed from a checkpoint samples what the uninterrupted run did).
-- `HFReplica`: verl's `RolloutReplica` for it (hybrid mode: one server per
-  replica of trainer ranks); registered in `RolloutReplicaRegistry`.
-- `HFServerAdapter`: the `BaseRollout` that lives inside verl's actor worker;
-  on every `update_weights` it streams the trainer's full tensors to its
-  replica's server in buckets. The server counts the updates and records
-  each one (version, global step, checksum) in its status and, when
-  `VERL_BOT_HF_ROLLOUT_LOG` names a file, as one JSON line there.
-
-Faults: a server that dies surfaces as Ray's `ActorDiedError` naming the
-actor (`hf_server_<replica>_0`) in the trainer's error; a tokenizer without a
-chat template is refused before the first rollout with a message that says
-how to fix it.
+The three pieces verl's vllm/sglang/trtllm backends have, selected with `actor_rollout_ref.rollout.name=hf`: the
+server `HFRolloutServer` (one Ray actor per replica: batched `generate`, log-probs, `prompt_logprobs` from a
+teacher-forced forward, per-request seeds under `full_determinism`), its `RolloutReplica` `HFReplica`, and
+`HFServerAdapter`, the `BaseRollout` in verl's actor worker that streams the weights to the server on every update.
+`VERL_BOT_HF_ROLLOUT_THREADS` sets the server's torch threads. What each piece does and why: docs/cpu_demo.md,
+section What the CPU backend changes in verl and vLLM, and why.
 """
 
 from __future__ import annotations

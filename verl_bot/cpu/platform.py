@@ -1,24 +1,10 @@
 """A `cpu` platform for verl 0.9.1's `verl.plugin.platform.PlatformRegistry`.
 
-verl's platform detection knows nvidia/huawei/amd only and falls back to
-nvidia, so on a CPU-only machine `trainer.device=cpu` silently becomes
-`cuda`. This class answers every platform question for "the CPU":
-
-- `device_name` is `"cpu"` and `current_device()` is the string `"cpu"`, so
-  `model.to(get_device_id())` and `torch.device(get_device_name(), ...)`
-  stay on the CPU (an int id would mean `cuda:N`);
-- `communication_backend_name()` is `"gloo"`;
-- `ray_resource_name()` is `"GPU"`: verl's resource pools are built of
-  accelerator bundles, so a CPU run asks Ray for *logical* GPUs
-  (`+ray_kwargs.ray_init.num_gpus=N`); one logical GPU is one trainer rank;
-- `device_module` is a small module object that forwards to `torch.cpu` and
-  supplies the `torch.cuda`-style calls verl makes (empty_cache,
-  mem_get_info, rng state, ...), and names the device (`"CPU"`), which
-  verl's flops counter needs.
-
-It is registered only when selected (`VERL_PLATFORM=cpu`, see
-`verl_bot.cpu`), and `is_platform_available()` is False, so auto-detection
-never picks it.
+verl's platform detection knows nvidia/huawei/amd only and falls back to nvidia, so on a CPU-only machine
+`trainer.device=cpu` silently becomes `cuda`. `PlatformCPU` answers every platform question for "the CPU" (the
+device `"cpu"`, gloo, logical Ray GPUs as trainer ranks, a `torch.cuda`-style device module over `torch.cpu`); it is
+registered only when selected (`VERL_PLATFORM=cpu`) and never auto-detected. Each answer and why:
+docs/cpu_demo.md, section What the CPU backend changes in verl and vLLM, and why.
 """
 
 from __future__ import annotations

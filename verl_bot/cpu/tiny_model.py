@@ -1,32 +1,12 @@
-"""A tiny Qwen2-style causal LM and a byte-level BPE tokenizer, built locally.
+"""A tiny Qwen2-style causal LM and a byte-level BPE tokenizer, built locally (no model hub is reachable here).
 
-No model hub is reachable on the machines this project is tested on, so the
-tests, the CPU demo and the benchmarks build their model here: a tokenizer
-trained with `tokenizers` on a small corpus (byte-level BPE, so every string,
-multi-byte UTF-8 included, round-trips), wrapped as a
-`transformers.PreTrainedTokenizerFast` with a ChatML chat template, and a
-randomly initialised `Qwen2ForCausalLM` of a few layers.
+    python -m verl_bot.cpu.tiny_model OUT_DIR [--warm-start toy_math|toy_calc|toy_turns] [--family qwen2|smollm3|phi3]
 
-    python -m verl_bot.cpu.tiny_model OUT_DIR   # writes both, idempotent
-    python -m verl_bot.cpu.tiny_model OUT_DIR --warm-start toy_math
-
-`--warm-start toy_math`: a tokenizer that also learned the `toy_math` task's text and knows its step/final tags as
-single tokens, and a short supervised pre-training on the task's worked solutions (`verl_bot.cpu.toy_math`),
-so the model writes the format but makes mistakes (deterministic for the seed, single-threaded: about 2 minutes).
-`--warm-start toy_calc`: the same for the tool task `verl_bot.cpu.toy_calc` (a tool call, the tool's answer, a final
-answer; trained on the assistant turns only); `--warm-start toy_turns` for `verl_bot.cpu.toy_turns` (the same tool,
-one, two or three turns).
-Without it the model and tokenizer are the `toy_lint` ones, unchanged.
-
-A tiny step process reward model (`Qwen2ForProcessRewardModel`) has its own command: `verl_bot.cpu.tiny_prm`.
-
-`--family qwen2|smollm3|phi3`: a tiny model of that family (`verl_bot.launch.families`), as the recipes' CPU smokes run
-them: its architecture class and the traits that matter (SmolLM3: 4 layers, the last one NoPE; Phi-3/4:
-LongRoPE with distinct short and long factors, partial rotary 0.75, the switch scaled down to
-`LONGROPE_SWITCH` tokens so that the smokes' sequences cross it), its chat template, special tokens and
-`generation_config.json` EOS list, `<think>` and `</think>` as tokens of their own, and a warm start in its output
-style (Phi: a think block first, with drafts; some long enough to be cut off at the smokes' length cap). Without
-it: the toy tasks' Qwen2 with a plain ChatML template (`CHATML_TEMPLATE`).
+Without options: the `toy_lint` model, a randomly initialised `Qwen2ForCausalLM` of a few layers and a byte-level BPE
+tokenizer (every string round-trips) with a ChatML template (`CHATML_TEMPLATE`). `--warm-start TASK`: a tokenizer
+that knows the task's tags as single tokens and a short deterministic supervised pre-training on its worked
+solutions (docs/cpu_demo.md, each task's section). `--family`: a tiny model of that family, as the recipes' CPU
+smokes run them (docs/families.md). The tiny step PRM has its own command: `verl_bot.cpu.tiny_prm`.
 """
 
 from __future__ import annotations

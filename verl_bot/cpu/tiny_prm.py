@@ -3,16 +3,10 @@ reference implementation.
 
     python -m verl_bot.cpu.tiny_prm OUT_DIR [--seed N]
 
-writes a PRM the way Qwen2.5-Math-PRM is laid out, scaled down: a Qwen2 backbone (`model.*`), a two-layer head
-`score` = Linear(H, H), ReLU, Linear(H, 2) (`score.0.*`, `score.2.*`, biases included: vLLM 0.27.1's
-`vllm/model_executor/models/qwen2_rm.py`, which sets two labels itself), `architectures:
-["Qwen2ForProcessRewardModel"]` in `config.json`, and the toy tasks' tokenizer (toy_math's text and tags
-learned) plus the step tag `<extra_0>` as one special token. Its weights are random (seeded): the scores mean
-nothing, but they are the PRM's, and `reference_step_probabilities` recomputes them with transformers'
-`Qwen2Model` and the same head, so a test can check what vLLM served to the float32 rounding.
-
-vLLM finds the tag's rows with the pooler's `step_tag_id`; Qwen2.5-Math-PRM's default (151651) is outside this
-vocabulary, so serve it with `--pooler-config '{"step_tag_id": ID}'` (`step_tag_id(OUT_DIR)`).
+`build_prm` writes it (random weights: the scores mean nothing, but they are the PRM's); `reference_step_probabilities`
+recomputes them with transformers' `Qwen2Model` and the same head, so a test can check what vLLM served to the
+float32 rounding. Qwen2.5-Math-PRM's default `step_tag_id` (151651) is outside this vocabulary: serve it with
+`--pooler-config '{"step_tag_id": ID}'` (`step_tag_id(OUT_DIR)`). Its use: docs/prm.md.
 """
 
 from __future__ import annotations
@@ -31,7 +25,14 @@ HEAD_GAIN = 3.0
 
 def build_prm(out_dir: str | Path, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 2,
               seed: int = 0) -> dict:
-    """Write the tiny PRM (tokenizer, config.json, model.safetensors) to `out_dir`; returns its summary."""
+    """Write the tiny PRM (tokenizer, config.json, model.safetensors) to `out_dir`; returns its summary.
+
+    Laid out as Qwen2.5-Math-PRM, scaled down: a Qwen2 backbone (`model.*`), a two-layer head `score` =
+    Linear(H, H), ReLU, Linear(H, 2) (`score.0.*`, `score.2.*`, biases included: vLLM 0.27.1's
+    `vllm/model_executor/models/qwen2_rm.py`, which sets two labels itself), `architectures:
+    ["Qwen2ForProcessRewardModel"]` in `config.json`, and the toy tasks' tokenizer (toy_math's text and tags learned)
+    plus the step tag `<extra_0>` as one special token. The weights are random (seeded).
+    """
     import torch
     from safetensors.torch import save_file
     from tokenizers import AddedToken

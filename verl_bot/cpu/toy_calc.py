@@ -1,22 +1,15 @@
 """The CPU task `toy_calc`: toy_math's problems solved with a calculator tool, over two assistant turns.
 
-A problem is a `toy_math` chain ("Compute 3+4-2.", `verl_bot.cpu.toy_math`); the model has one tool, `calc`
-(`verl_bot/cpu/calc_tool.py`, a verl function tool), which verl's `ToolAgentLoop` calls when the model writes a
-hermes tool call. A worked rollout (response tokens; `|` marks where the mask switches):
+A worked rollout, through verl's `ToolAgentLoop` and the `calc` tool (`verl_bot/cpu/calc_tool.py`); `|` marks where
+the response mask switches:
 
     <tool_call>{"name": "calc", "arguments": {"expression": "3+4-2"}}</tool_call><|im_end|>      turn 0 (mask 1)
     | \\n<|im_start|>tool\\n5<|im_end|>\\n<|im_start|>assistant\\n |                              tool context (mask 0)
     <final>5</final><|im_end|>                                                                turn 1 (mask 1)
 
-It is scored by `verl_bot.rewards.builtin.toy_calc` with a value per turn: G = 1[final answer correct], turn 0
-+-0.5 (the expression it sent is the problem's), the last turn +-0.5 (its answer is what the tool returned).
-
-`warm_start` gives the tiny model a short supervised pre-training on such chats (`pretrain.supervised_chat`:
-labels on the assistant tokens and their EOS only) with noise a reward can remove: a share `wrong_call` of the
-tool calls carry a wrong expression (one number changed), a share `ignore_tool` of the final answers ignore the
-tool's output (another digit).
-
-    python -m verl_bot.cpu.tiny_model OUT_DIR --warm-start toy_calc
+`warm_start` pre-trains the tiny model on such chats (labels on the assistant turns and their EOS only), a share
+`wrong_call` of the calls with a wrong expression and `ignore_tool` of the answers ignoring the tool. The task, its
+per-turn scores: docs/cpu_demo.md, section The tool task: `toy_calc`.
 """
 
 from __future__ import annotations

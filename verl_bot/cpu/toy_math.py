@@ -1,26 +1,11 @@
 """The CPU task `toy_math`: short integer arithmetic chains in the AIME task's step format, and the warm start.
 
-A problem is a chain of single-digit integers joined by `+` and `-` whose running value stays in 0..9
-("Compute 3+4-2."); its ground truth is the value. A worked solution takes one operation per step, steps
-separated by a blank line (where `pure` and the reward streams end a step), then the answer:
-
-    <step 1>3+4=7</step 1>
-
-    <step 2>7-2=5</step 2>
-
-    <final>5</final>
-
-It is scored like AIME (`reward_servers.math`, Eq. 8, rule-based step judge with error propagation; the
-in-process scorer is `verl_bot.rewards.builtin.toy_math`).
-
-The tiny model cannot invent this format from random weights, so `warm_start` gives it a short supervised
-pre-training (deterministic for a seed) on worked solutions in which a share `error_rate` of the steps state a
-wrong result (the chain then continues from the wrong value, and the final answer is the last stated value). The
-"base model" so writes the format and knows the operations, but makes mistakes a reward can remove. Its problems
-come from the same generator as the training data (some 60,000 chains of 2-4 operations; the warm start draws
-77,000): the task tests a skill, not recall of held-out problems.
-
-    python -m verl_bot.cpu.tiny_model OUT_DIR --warm-start toy_math
+The problem generator (a chain of single-digit integers joined by `+` and `-`, running value in 0..9, ground truth
+the value), the worked solutions (one operation per `<step k>` block, steps separated by a blank line, then
+`<final>v</final>`), and `warm_start`: a short supervised pre-training (deterministic for a seed) on solutions in
+which a share `error_rate` of the steps state a wrong result, so the base model writes the format but makes
+mistakes a reward can remove. Scored like AIME (`verl_bot.rewards.builtin`). The task:
+docs/cpu_demo.md, section A second CPU task: `toy_math`.
 """
 
 from __future__ import annotations

@@ -1,31 +1,12 @@
 """Every touch point of verl-bot with verl 0.9.1's internals: the machinery, the trainer adapters, the worker hooks.
 
 A verl upgrade means reading this folder. Each module wraps verl methods or module functions (looked up and
-signature-checked by `wrap.wrap`: `VerlApiMismatch` names what is missing) and says in its docstring what it changes
-and why there. `PLAN` lists every installation: the verl module whose import runs it, the installing function, and
-the trainer path it serves ("v1": `trainer.use_v1=true`; "legacy": the legacy `RayPPOTrainer` and its subclasses,
-verl's one-step-off and fully async trainers among them; "both").
-
-    machinery     transaction (all or nothing), on_import, wrap, compat (supported versions, the dry check's
-                  findings), touch_points (`python -m verl_bot.hooks.touch_points`, and the driver's check before Ray)
-    v1/           the v1 trainer's adapter: its batch (`batch.TQBatch`), where it hands it over (`compute_advantage`,
-                  `multi_trajectory`, `compute_metrics`, `tracker_panel`, `update_actor`), the agent loop's dense
-                  rows (`agent_loop_output`), the replay buffer (`replay_buffer`: fatal markers, DAPO's filter, row
-                  order) and lost rollouts (`rollout_failure`)
-    legacy/       the legacy trainers' adapter: its batch (`batch.ProtoBatch`), where they hand it over (`trainer`,
-                  `update_actor`), the agent loop's dense rows (`agent_loop`)
-    worker side   ppo_loss (a verl-bot loss's knobs), engine_forward_step (a method's token weights), response_mask,
-                  reward_model_path, vllm_pooling_model, weight_sync
-    driver side   validate_config and run_ppo (the start-up checks before Ray, on every entry point), driver (the
-                  root cause is the last line), registries, resume, node_reach, checkpoint_retention
-    CPU backend   cpu_backend, vllm_cpu (only with VERL_PLATFORM=cpu)
-
-Invisible unless used (`verl_bot.launch.activation`): a wrapper that sees the run's config calls verl's original
-with the same arguments and returns its result unchanged unless the config uses verl-bot; the worker-side wrappers
-act only on data a verl-bot run put there. `install()` schedules each entry of `PLAN` for the moment verl imports
-its module (`on_import`): a process changes only the verl modules it imports. Every entry goes through the
-process's ledger (`transaction`): if one fails, every change is undone and one ERROR line says why. Estimators,
-policy losses and the streams never import this folder.
+signature-checked by `wrap.wrap`: `VerlApiMismatch` names what is missing) and says what it changes and why there.
+`PLAN` lists every installation: the verl module whose import runs it, the installing function, and the trainer path
+it serves ("v1": `trainer.use_v1=true`; "legacy": the legacy `RayPPOTrainer` and its subclasses; "both").
+`install()` schedules each for the moment verl imports its module (`on_import`), through the process's ledger
+(`transaction`: all or nothing). Estimators, policy losses and the streams never import this folder. The folder's
+map: docs/architecture.md, section Layout; invisible unless used, all or nothing: docs/PLUGIN.md.
 """
 
 from __future__ import annotations

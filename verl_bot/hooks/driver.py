@@ -1,25 +1,10 @@
 """The driver's last words: the root cause of a failed run is the last line it prints.
 
-Not a verl method but verl's driver (`python -m verl.trainer.main_ppo`): an
-error in the trainer reaches it as a `RayTaskError` wrapped around the original
-exception; Hydra 1.3 trims the traceback, and Ray's log monitor goes on
-printing worker lines after it, so the message that names the problem (say,
-the `data_source` without a scorer) ends up hundreds of lines above the end.
-`install()` (by `verl_bot.hooks.validate_config`, in the driver of a run that
-uses verl-bot, never elsewhere; only a driver that dies of an uncaught
-exception prints anything):
-
-- sets `HYDRA_FULL_ERROR=1` unless the user set it (Hydra re-raises instead of
-  trimming);
-- wraps `sys.excepthook`: the original prints the traceback, then the root cause
-  (the innermost `RayTaskError.cause` / `__cause__`) is remembered;
-- at exit (before Ray's own exit handler, which was registered first): shuts Ray
-  down, so no worker line follows, then prints
-  `verl-bot: run stopped: <Type>: <message>` on stderr;
-- makes SIGTERM what Ctrl-C is (a `KeyboardInterrupt` in the main thread) unless
-  the process has its own SIGTERM handler: Python's default ends the driver at
-  once, without Ray's shutdown, and the Ray cluster it started goes on training
-  (a scheduler's stop, `kill`, or a recipe's stop, `verl_bot/recipes/supervise.py`).
+Not a verl method but verl's driver (`python -m verl.trainer.main_ppo`): an error in the trainer reaches it as a
+`RayTaskError` wrapped around the original exception; Hydra 1.3 trims the traceback, and Ray's log monitor goes on
+printing worker lines after it, so the message that names the problem ends up hundreds of lines above the end.
+`install()` makes the root cause the last line and SIGTERM what Ctrl-C is: docs/run_safety.md (the message is the
+last line), docs/long_runs.md (Stop a run).
 """
 
 from __future__ import annotations
@@ -80,6 +65,18 @@ def _at_exit() -> None:
 
 
 def install() -> list[str]:
+    """The driver's last words (by `verl_bot.hooks.validate_config`, in the driver of a run that uses verl-bot, never
+    elsewhere; only a driver that dies of an uncaught exception prints anything):
+
+    - `HYDRA_FULL_ERROR=1` unless the user set it (Hydra re-raises instead of trimming);
+    - `sys.excepthook` wrapped: the original prints the traceback, then the root cause (the innermost
+      `RayTaskError.cause` / `__cause__`) is remembered;
+    - at exit (before Ray's own exit handler, which was registered first): Ray shut down, so no worker line follows,
+      then `verl-bot: run stopped: <Type>: <message>` on stderr;
+    - SIGTERM made what Ctrl-C is (a `KeyboardInterrupt` in the main thread) unless the process has its own SIGTERM
+      handler: Python's default ends the driver at once, without Ray's shutdown, and the Ray cluster it started goes
+      on training (a scheduler's stop, `kill`, or a recipe's stop, `verl_bot/recipes/supervise.py`).
+    """
     global _installed
     if not _installed:
         os.environ.setdefault(HYDRA_ENV, "1")

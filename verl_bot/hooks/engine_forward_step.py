@@ -2,23 +2,10 @@
 
 The one place of verl's actor update that has both the model the update uses (`self.module`) and each micro-batch
 with its packed model inputs. For a training micro-batch that carries the knobs of a method whose
-`verl_bot.actor_needs.ActorNeeds` declares token `weights` (GRAIL's: `verl_bot.advantage.grail_update`), before
-verl's own `forward_step`:
-
-1. `self.prepare_model_inputs(micro_batch)` (verl's own: packed or padded layout, temperatures), and the
-   micro-batch as the method reads it (`MicroBatch`: the coordinates of the positions predicting each response
-   token, per-row responses, masks, advantages and the method's token fields, nested on v1 or right-padded on the
-   legacy trainer);
-2. the method's weights, one (n_i,) tensor per response;
-3. verl's `forward_step` runs with its loss function wrapped: the wrapper multiplies the micro-batch's
-   `advantages` by the weights (a shallow copy of the micro-batch, nothing else changes) and adds the method's
-   diagnostics as loss metrics `<prefix><name>` (a time, `*_s`, summed over micro-batches; the rest averaged).
-
-Why here and not a wrapper of `verl.workers.utils.losses.ppo_loss`: verl's worker module binds `ppo_loss` by name
-at import and `init_model` binds that into a partial, so wrapping the losses module's function never reaches the
-loss verl calls. The loss function arriving here is whatever verl bound (`ppo_loss`, `distillation_ppo_loss`, or
-one set with `set_loss_fn`), so the wrapper always reaches it. Text-only models; no Ulysses sequence parallelism
-(each method's start-up check refuses what it cannot take).
+`verl_bot.actor_needs.ActorNeeds` declares token `weights` (GRAIL's: `verl_bot.advantage.grail_update`), the method's
+weights multiply the micro-batch's advantages inside verl's loss function (`_make_forward_step`). Text-only models;
+no Ulysses sequence parallelism (each method's start-up check refuses what it cannot take). How GRAIL runs through
+it: docs/ALGORITHMS.md, section GRAIL in a verl run.
 """
 
 from __future__ import annotations
@@ -168,6 +155,23 @@ def weighing(data: Any) -> tuple[ActorNeeds, dict] | None:
 
 
 def _make_forward_step(original):
+    """For a training micro-batch whose method declares token weights, before verl's own `forward_step`:
+
+    1. `self.prepare_model_inputs(micro_batch)` (verl's own: packed or padded layout, temperatures), and the
+       micro-batch as the method reads it (`micro_batch_view`: the coordinates of the positions predicting each
+       response token, per-row responses, masks, advantages and the method's token fields, nested on v1 or
+       right-padded on the legacy trainer);
+    2. the method's weights, one (n_i,) tensor per response;
+    3. verl's `forward_step` runs with its loss function wrapped (`weighted_loss`): the micro-batch's `advantages`
+       times the weights (a shallow copy of the micro-batch, nothing else changes), and the method's diagnostics as
+       loss metrics `<prefix><name>` (a time, `*_s`, summed over micro-batches; the rest averaged).
+
+    Why here and not a wrapper of `verl.workers.utils.losses.ppo_loss`: verl's worker module binds `ppo_loss` by name
+    at import and `init_model` binds that into a partial, so wrapping the losses module's function never reaches the
+    loss verl calls. The loss function arriving here is whatever verl bound (`ppo_loss`, `distillation_ppo_loss`, or
+    one set with `set_loss_fn`), so the wrapper always reaches it.
+    """
+
     @functools.wraps(original)
     def forward_step(self, micro_batch, loss_function, forward_only):
         from verl.utils.device import get_device_id

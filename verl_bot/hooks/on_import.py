@@ -1,25 +1,10 @@
 """Run a step when verl imports a module, so that a process changes only what it imports itself.
 
-`when_imported(name, fn)` calls `fn()` right after the module `name` has
-executed (at once, when it already has). verl-bot therefore imports none of
-verl's heavy modules itself: a process that never imports verl's trainer (a
-vLLM server, a script that only reads a `DataProto`) never gets the trainer's
-hooks, and `import verl` costs what it costs without verl-bot.
-
-How: a finder first in `sys.meta_path` answers only for the awaited names (and
-for verl-bot's own modules, see below). It asks the other finders for the
-module's spec and wraps the spec's loader; the wrapper's `exec_module` runs the
-real one, gives the module its own loader back (`__loader__`, `__spec__.loader`:
-the module is the one it would be without verl-bot) and then runs the steps.
-Once nothing is awaited the finder leaves `sys.meta_path`. The steps are
-`LEDGER.step`s: they never raise into verl's import.
-
-A step waits while one of verl-bot's own modules is half imported: when user
-code imports `verl_bot.rewards.manager` first, its own `from verl... import`
-makes verl import the registry whose step needs that very module. The step
-then runs as soon as no verl-bot module is half imported any more (counted are
-those imported while the finder is in place: the plugin's own import chain,
-which started before it, is not waited for).
+`when_imported(name, fn)` calls `fn()` right after the module `name` has executed (at once, when it already has),
+through a finder in `sys.meta_path` that answers only for the awaited names and verl-bot's own modules (`_Finder`).
+verl-bot therefore imports none of verl's heavy modules itself: a process that never imports verl's trainer (a vLLM
+server, a script that only reads a `DataProto`) never gets the trainer's hooks, and `import verl` costs what it costs
+without verl-bot (docs/PLUGIN.md, section What it changes in a run that does not use it).
 """
 
 from __future__ import annotations
@@ -35,7 +20,13 @@ _importing: set[str] = set()  # verl-bot's modules being imported through the fi
 
 
 def _run(fns: list[Callable[[], Any]]) -> None:
-    """Run `fns` now, or once no verl-bot module is half imported."""
+    """Run `fns` now, or once no verl-bot module is half imported.
+
+    A step waits while one of verl-bot's own modules is half imported: when user code imports
+    `verl_bot.rewards.manager` first, its own `from verl... import` makes verl import the registry whose step needs
+    that very module. Counted are the verl-bot modules imported while the finder is in place: the plugin's own
+    import chain, which started before it, is not waited for.
+    """
     if _importing:
         _waiting.extend(fns)
         return
@@ -73,7 +64,13 @@ class _RunAfter:  # a loader (importlib.abc.Loader's protocol; importing that mo
 
 
 class _Finder:  # a meta path finder (importlib.abc.MetaPathFinder's protocol)
-    """Finds nothing itself: hands the specs of awaited modules and of verl-bot's on with their loaders wrapped."""
+    """Finds nothing itself: hands the specs of awaited modules and of verl-bot's on with their loaders wrapped.
+
+    First in `sys.meta_path` while something is awaited (it leaves once nothing is); it asks the other finders for
+    the module's spec and wraps the spec's loader (`_RunAfter`), whose `exec_module` runs the real one, gives the
+    module its own loader back (`__loader__`, `__spec__.loader`: the module is the one it would be without
+    verl-bot) and then runs the steps. The steps are `LEDGER.step`s: they never raise into verl's import.
+    """
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in _awaited and not fullname.startswith(OWN):

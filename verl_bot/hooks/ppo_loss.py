@@ -1,16 +1,11 @@
 """Hook: `verl.workers.engine_workers.ppo_loss` (worker side: a verl-bot loss's knobs, active while it runs).
 
-verl's `ppo_loss` selects the tensors a registered policy loss gets from the
-micro-batch and drops the rest, including the `verl_bot_loss` knobs that
-the trainer adapter shipped with the update (`verl_bot.training.actor_update`). The actor
-worker binds this module global in `init_model` (`partial(ppo_loss,
-config=actor_config)`), after verl-bot's plugin was loaded by the worker's
-`import verl`. The wrapper reads the knobs from the micro-batch and makes them
-`verl_bot.credit.context.loss_settings()` while verl's own `ppo_loss` runs, and adds
-the loss metric `KNOBS_METRIC` (which `verl_bot.training.actor_update.update_metrics` requires of every update of a
-verl-bot loss: a hook gone inert stops the run); without them it calls verl's
-function untouched. Not covered: verl's distillation loss, which calls its own
-reference to `ppo_loss` (the start-up checks refuse a verl-bot loss with distillation).
+verl's `ppo_loss` drops what a registered policy loss does not take, the `verl_bot_loss` knobs the trainer adapter
+shipped with the update (`verl_bot.training.actor_update`) included; the actor worker binds this module global in
+`init_model`, after the worker's `import verl` loaded verl-bot. The wrapper makes the knobs
+`verl_bot.credit.context.loss_settings()` while verl's `ppo_loss` runs and adds the loss metric `KNOBS_METRIC`
+(every update of a verl-bot loss must report it: a hook gone inert stops the run); without knobs it calls verl's
+function untouched. Not covered: verl's distillation loss (refused at start-up with a verl-bot loss).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Hook: the trainer's `fit` and `verl.utils.tracking.FileLogger.__init__` (a resumed run keeps its metrics file).
 
-verl's `FileLogger` opens `VERL_FILE_LOGGER_PATH` (or
-`$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`) with mode "wb"
-(`verl/utils/tracking.py`, verl 0.9.1), so a run resumed from its checkpoint
-(`trainer.resume_mode=auto`, verl's default) erases the metrics of every step
-before the resume: the history a user plots. verl's v1 trainer loads the
-checkpoint before `fit`, so `fit` starts with `global_steps` at the resumed step; the legacy trainer opens its
-`FileLogger` in `fit` before it loads the checkpoint, so its `fit` wrapper (`verl_bot.hooks.legacy.trainer`) notes
-the step verl's `_load_checkpoint` is about to resume from (`legacy_resume_step`).
-For a run that uses verl-bot (`verl_bot.launch.activation`; any other run gets verl's
-methods as they are), the `fit` wrapper records that step for this process,
-and the `FileLogger` wrapper then writes back, at the head of the file verl has
-just truncated, the old lines of the steps up to it; the lines of later steps
-(trained again after the resume) and a line cut short by the kill are dropped.
+verl's `FileLogger` opens `VERL_FILE_LOGGER_PATH` (or `$VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl`) with
+mode "wb" (`verl/utils/tracking.py`, verl 0.9.1), so a run resumed from its checkpoint (`trainer.resume_mode=auto`,
+verl's default) erased the metrics of every iteration before the resume. For a run that uses verl-bot (any other
+gets verl's methods as they are) the `fit` wrapper records the step it resumes from, and the `FileLogger` wrapper
+writes back, at the head of the file verl has just truncated, the old lines up to it; later lines (trained again)
+and a line cut short by the kill are dropped. What a resume carries: docs/long_runs.md, section Resume.
 """
 
 from __future__ import annotations
@@ -64,7 +57,12 @@ def note_resumed_step(step: int) -> None:
 
 
 def legacy_resume_step(config: Any) -> int:
-    """The step verl's legacy `RayPPOTrainer._load_checkpoint` resumes from, read as it reads it (0: none)."""
+    """The step verl's legacy `RayPPOTrainer._load_checkpoint` resumes from, read as it reads it (0: none).
+
+    The legacy trainer opens its `FileLogger` in `fit` before it loads the checkpoint, so its `fit` wrapper
+    (`verl_bot.hooks.legacy.trainer`) notes this step first; verl's v1 trainer loads the checkpoint before `fit`,
+    whose `global_steps` is then the resumed step (`_make_fit`).
+    """
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
     trainer = config.trainer

@@ -2,17 +2,11 @@
 every rollout, also where verl serves a reward model).
 
 verl 0.9.1's reward-loop worker sends a rollout to its reward manager only when `reward.custom_reward_function.path`
-is set or no reward model is served; with `reward.reward_model.enable=true` and no custom function it scores the
-rollout itself, one scalar from the served model's `/classify` endpoint (reward_loop.py:145-155, :231-270), and
-the `bot` manager is never called. A verl-bot run with a served step PRM (`+reward.reward_kwargs.bot.prm.url=router`)
-needs the manager: it takes G from the task's verifier and S from the PRM's `/pooling` rows, through the router
-address verl hands it (`verl_bot.rewards.prm`).
-
-The wrapper (reward-loop worker side): with the `bot` manager (`reward.reward_manager.name=bot`) it always calls
-the manager's `run_single`; for every other run it calls verl's method unchanged. The start-up checks
-(`verl_bot.launch.preflight`, `reward_model_problem`) admit a served reward model with the `bot` manager only in the
-configuration where this path is taken and the model is awake: a separate reward pool, the vLLM engine,
-`free_cache_engine=false` and `prm.url=router`.
+is set or no reward model is served; otherwise it scores the rollout itself, one scalar from the served model's
+`/classify` endpoint (reward_loop.py:145-155, :231-270), and the `bot` manager is never called. With the `bot`
+manager the wrapper always calls the manager's `run_single` (G from the task's verifier, S from the served step
+PRM); every other run gets verl's method unchanged. The one configuration the start-up checks admit:
+docs/prm.md, section Through verl's reward-model path.
 """
 
 from __future__ import annotations

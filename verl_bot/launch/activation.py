@@ -1,17 +1,11 @@
 """Does a run use verl-bot? Decided from the run's config alone, once per config.
 
-A run uses verl-bot when its config names one of verl-bot's estimators
-(`algorithm.adv_estimator`), its reward manager (`reward.reward_manager.name`),
-one of its policy losses (`actor_rollout_ref.actor.policy_loss.loss_mode`) or
-its agent loop (`actor_rollout_ref.rollout.agent.default_agent_loop`), or sets
-one of its keys: `algorithm.token_report_*` (token records of any run), the
-knobs `algorithm.<estimator or loss>_*`, `reward.reward_kwargs.bot`.
-
-Every hook that sees the config asks `reason(config)`: for any other run (None)
-it calls verl's original with the same arguments and returns its result
-unchanged. The hooks that see no config (inside verl's workers) act only on
-data that a verl-bot run put there. verl's trainer keeps one config object for
-the whole run, so `reason` reads it once and answers from memory afterwards.
+`reason(config)` (and `in_use`): a run uses verl-bot when its config names one of its estimators, its reward manager,
+one of its policy losses or its agent loop, or sets one of its keys (`algorithm.token_report_*`, a method's knob
+`algorithm.<name>_*`, `reward.reward_kwargs.bot`). Every hook that sees the config asks it; for any other run it
+calls verl's original unchanged. verl's trainer keeps one config object for the whole run, so `reason` reads it once
+and answers from memory afterwards. The rule and what it guarantees: docs/PLUGIN.md, sections When a run uses
+verl-bot and What it changes in a run that does not use it.
 """
 
 from __future__ import annotations

@@ -1,41 +1,14 @@
 """The paper's three model families, in one place: what each one is, and the RoPE rule that keeps a run on-policy.
 
-BoT-GRPO's recipes train Qwen2.5-3B-Instruct (`recipes/*_qwen.sh`), SmolLM3-3B (`*_smollm.sh`) and
-Phi-4-mini-reasoning (`*_phi.sh`). Three traits of a family reach a training run:
-
-- `qwen2` (Qwen/Qwen2.5-3B-Instruct): `Qwen2ForCausalLM`, RoPE; ChatML with Qwen's default system line;
-  generation stops at `<|im_end|>` or `<|endoftext|>`; writes the answer.
-- `smollm3` (HuggingFaceTB/SmolLM3-3B): `SmolLM3ForCausalLM` (vLLM runs it through its Transformers backend),
-  RoPE with every 4th layer NoPE; ChatML with a metadata system block (today's date, `/think` or `/no_think`);
-  stops at `<|im_end|>`; in no-think mode (the recipes', `enable_thinking=False`) the generation prompt ends with
-  an empty think block and the model writes the answer, in think mode a think block first.
-- `phi3` (microsoft/Phi-4-mini-reasoning): `Phi3ForCausalLM`, LongRoPE (short and long factors, partial rotary
-  0.75); `<|system|>` with a fixed line, then `<|user|>...<|end|><|assistant|>`; stops at `<|end|>` or
-  `<|endoftext|>`; writes a think block, then the answer.
-
-`FAMILIES` holds each one (`Family`): its model type, template, special tokens, EOS list and output style, which
-the tiny CPU models (`verl_bot.cpu.tiny_model`) are built from, so that the CPU smokes run each family's own
-format. `longrope_problem` is the RoPE rule, checked at start-up for any model (`verl_bot.launch.preflight`):
-
-**LongRoPE.** A LongRoPE model (Phi-3/Phi-4) rotates with its *short* factors up to
-`original_max_position_embeddings` (the switch, 4096 for Phi-4-mini) and its *long* factors beyond. The two
-engines of a verl run choose differently: vLLM picks once per engine, the long factors for every sequence when its
-`max_model_len` exceeds the switch (verl sets `max_model_len` to `max_position_embeddings`, 131072, when
-`actor_rollout_ref.rollout.max_model_len` is unset); transformers in the trainer picks per forward pass, the long
-factors only when the longest sequence of the packed micro-batch exceeds the switch. With distinct factors the
-rollout then samples one policy and the trainer's log-probs describe another (`training/rollout_probs_diff_*`
-shows it; measured on a tiny LongRoPE model: 0.08-0.09 against 1e-6). Two settings agree:
-
-- **long on both sides** (the Phi recipes' choice, `longrope_copy`): a copy of the model whose config has
-  `short_factor = long_factor` (its files linked, not copied). Both engines then rotate with the long factors at
-  every length, which is what vLLM serves anyway whenever its context exceeds the switch; the Phi recipes need
-  9216 tokens (AIME) and 7168 (React), above Phi-4-mini's 4096.
-- **short on both sides**: every sequence within the switch (`data.max_prompt_length + data.max_response_length
-  <= switch` and the rollout's `max_model_len <= switch`): a reasoning model's think block cut to ~3k tokens.
-
-Any other LongRoPE run with distinct factors is refused before Ray starts, with one line.
+`FAMILIES` holds each family (`Family`: `qwen2`, `smollm3`, `phi3`): its model type, chat template, special tokens,
+EOS list and output style, which the tiny CPU models (`verl_bot.cpu.tiny_model`) are built from, so that the CPU
+smokes run each family's own format. `longrope_problem` is the RoPE rule, checked at start-up for any model
+(`verl_bot.launch.preflight`): a LongRoPE model with distinct short and long factors runs only with the long factors
+on both sides (`longrope_copy`) or every sequence within the switch.
 
     python -m verl_bot.launch.families longrope-copy SRC DST    # SRC: a model folder or a hub id; prints DST
+
+Each family and the rule: docs/families.md (its sections and LongRoPE).
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """The node plan of a GPU recipe, and what it refuses before anything starts.
 
 A paper recipe (`verl_bot.recipes.launch`) asks `plan_node` which GPUs of this node train and which serve the judges
-the recipe starts itself (`START_JUDGE=1`), then, before the judges, the reward server or Ray start, checks
-(`LaunchCheck`): the trainer's GPU count lets verl split every mini-batch evenly, each GPU the run will use has the
-free memory vLLM asks there, no GPU the trainer takes serves a judge given by URL, and the checkpoint disk holds the
-checkpoints the run keeps. Each refusal is one line (`VerlBotConfigError`), which the recipe prints as
-`recipe: <line>` before it exits with 2 (docs/troubleshooting.md, "Recipes on a GPU node"). A `DRY_RUN` plans the GPU
-count only; without nvidia-smi it plans for the recipes' node, 8 GPUs of 80 GB (`ASSUMED_NODE`).
-
-The default plan (every part of it a knob of the recipes: docs/recipes.md, "Node plan"):
-- the trainer takes the most GPUs `d` of this node such that verl splits each mini-batch over the `d` x nodes ranks
-  without padding rows (their count divides the mini-batch's rollouts; `ROLLOUT_TP` divides `d`) and each vLLM
-  engine still gets `MIN_ROLLOUTS_PER_ENGINE` of a step's rollouts, keeping a GPU for each judge the recipe starts;
-- the judges share the GPUs the trainer leaves, in order (the LLM or step judge first, then the VLM judge), each one
-  vLLM server with a replica per `JUDGE_TP` GPUs;
-- GPUs are taken in nvidia-smi's index order, among those `CUDA_VISIBLE_DEVICES` shows (indices or UUIDs), never one
-  that serves a judge the run was given by URL.
-
-The functions are pure; nvidia-smi, the processes behind a judge's port and the disk are read at the edges
-(`query_gpus`, `judge_url_gpus`, `disk_state`, `plan_node`).
+the recipe starts itself, then, before the judges, the reward server or Ray start, checks (`LaunchCheck`) the split
+of every mini-batch, each GPU's free memory, the GPUs of judges given by URL and the checkpoint disk; each refusal is
+one line (`VerlBotConfigError`) the recipe prints as `recipe: <line>` before it exits with 2. Without nvidia-smi a
+`DRY_RUN` plans for the recipes' node (`ASSUMED_NODE`). The functions are pure; nvidia-smi, the processes behind a
+judge's port and the disk are read at the edges (`query_gpus`, `judge_url_gpus`, `disk_state`, `plan_node`). The
+plan and the checks: docs/recipes.md, section Node plan; the messages: docs/troubleshooting.md.
 """
 
 from __future__ import annotations

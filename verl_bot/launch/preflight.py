@@ -1,63 +1,12 @@
 """Start-up checks of a run that uses verl-bot: what cannot work is refused before any model loads.
 
-`check_config(config)` runs on verl's fully composed config in the driver
-(`verl_bot.hooks.validate_config` calls it from verl's own `validate_config`,
-before Ray starts) and raises `VerlBotConfigError` with one line naming the
-problem and the fix. For a run that uses neither verl-bot's reward manager nor
-one of its estimators or losses it checks only the token-report knobs.
-
-Refused:
-- what verl's legacy trainer (`trainer.use_v1=false`) cannot do (`verl_bot.launch.trainer_modes`);
-- `trainer.v1.trainer_mode=separate_async` where verl's own assertions would stop
-  it after Ray started, or on the CPU platform (no checkpoint engine), and LoRA
-  unmerged on verl-bot's `hf` rollout (`verl_bot.launch.trainer_modes`);
-- a token-level estimator of verl-bot (`bot`, `pure`, ...) without dense token
-  rewards: another reward manager (one scalar on the last token) or the `bot`
-  manager with `token_level=false` (unless the estimator's row names a `scalar_knob`
-  that is set, `bot`'s `+algorithm.bot_broadcast_scalar=true`: each response's
-  scalar spread over its tokens, Eq. 4 with S = 0);
-- the opposite, the `bot` manager with `token_level=true` set for an estimator
-  that does not read dense rewards (verl's `grpo`, `gspo`, `rloo`, `gae`, ...;
-  `reco`, `vps`, `grail`): it would sum G over the response's tokens, a reward
-  that grows with the length. Left unset (`auto`), such an estimator gets one
-  reward per response (`verl_bot.rewards.settings.manager_settings`);
-- `algorithm.use_kl_in_reward=true` with such an estimator: the per-token KL
-  would be standardized like a reward (divided by a tied group's tiny std);
-  use the actor's KL loss (`actor_rollout_ref.actor.use_kl_loss=true`);
-- `reward.reward_model.enable=true` with the `bot` manager where the manager cannot
-  use the served model (`verl_bot.rewards.reward_model_path`): neither `prm.url=router`
-  nor a custom function to call it, a colocated model (no data_source or ground truth),
-  a PRM engine other than vLLM, or an engine asleep (`free_cache_engine=true`);
-- a `data_source` of the local train/val parquet files that no scorer serves
-  (files that are not local parquet, and `data.custom_cls` datasets, are checked
-  when their rows are scored: `verl_bot.hooks.v1.replay_buffer`);
-- what each verl-bot method in use refuses (`methods_in_use`: the estimator of
-  `algorithm.adv_estimator`, the loss of `policy_loss.loss_mode`), asked through its
-  row in `verl_bot.advantage.ESTIMATORS` / `verl_bot.losses.LOSSES`, naming none here:
-  its knobs (the row's `settings`, `verl_bot.knobs`: a value of the wrong kind or out
-  of bounds, e.g. `+algorithm.bot_std_floor=-1`, or an unknown `+algorithm.<method>_*`
-  key), then its own start-up check (the row's `check`; e.g. GRPO-VPS without its
-  agent loop or without ground truths to probe for, GRAIL where its weights are not
-  computed, the ReCo loss under verl's distillation: each method's `startup_problem`);
-- a `reward.reward_kwargs.bot.prm` knob that cannot work (`verl_bot.rewards.prm.prm_problem`: a bad
-  value, `url=router` without verl's reward model, one reward per response, a step tag that is not one token);
-- unknown `reward.reward_kwargs.bot` keys, and scorer specs that cannot be built
-  (an unknown builtin, a `python:` function that does not import);
-- a reward server (an `http://` scorer) that is up and refuses our credentials
-  (HTTP 401/403 to an empty batch; `REWARD_SERVER_TOKEN`): a server that is not
-  up yet passes, and a refusal during the run stops it before its next update
-  (`verl_bot.hooks.v1.replay_buffer`);
-- the trackers' token-panel knobs (`+algorithm.token_panel_*`: `verl_bot.observe.panels`)
-  of a kind or range that cannot work;
-- for any run: token-report knobs that cannot work (`algorithm.token_report_steps`
-  outside the run, `token_report_groups` < 0; `verl_bot.observe.token_records`).
-- a LongRoPE model (Phi-3/Phi-4) with distinct short and long factors whose rollout
-  and trainer would rotate with different ones (`verl_bot.launch.families`): the rollout
-  would sample another policy than the one trained;
-- a local model folder (`actor_rollout_ref.model.path`, or its `tokenizer_path`)
-  whose tokenizer has no chat template while `custom_chat_template` is unset:
-  verl's dataset and agent loop format every prompt with it (found from the
-  tokenizer's files, without loading it; a hub id is checked when it loads).
+`check_config(config)` runs on verl's fully composed config in the driver (`verl_bot.hooks.validate_config` calls it
+from verl's own `validate_config`, before Ray starts) and raises `VerlBotConfigError` with one line naming the
+problem and the fix. It asks the trainer paths' and modes' checks (`verl_bot.launch.trainer_modes`), the `bot`
+manager's and its PRM's knobs, the reward-model path (`verl_bot.rewards.reward_model_path`), the data sources of the
+local parquet files, each verl-bot method in use through its row in `ESTIMATORS` / `LOSSES` (its knobs, then its
+own `check`), the panels' and token records' knobs, LongRoPE (`verl_bot.launch.families`) and the tokenizer's chat
+template. What is refused and why: docs/run_safety.md; every message with its cause and fix: docs/troubleshooting.md.
 """
 
 from __future__ import annotations
@@ -130,6 +79,11 @@ def unscorable_sources(sources: Iterable[str], config: Any, settings: ManagerSet
 def _token_level_problem(
     config: Any, estimator: str, spec: EstimatorSpec, settings: ManagerSettings | None
 ) -> str | None:
+    """A token-level estimator without a reward on every token: another reward manager (one scalar on the last
+    token) or the `bot` manager with `token_level` false or `returns`, unless the estimator's row names a
+    `scalar_knob` that is set (`bot`'s `+algorithm.bot_broadcast_scalar=true`: each response's scalar spread over its
+    tokens, Eq. 4 with S = 0); or `algorithm.use_kl_in_reward=true`, whose per-token KL would be standardized like a
+    reward (divided by a tied group's tiny std)."""
     algorithm = config.get("algorithm") or {}
     dense = settings is not None and settings.layout == "dense"
     scalar_key = f"{spec.settings.prefix}{spec.scalar_knob}" if spec.settings and spec.scalar_knob else None

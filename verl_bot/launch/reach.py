@@ -1,16 +1,12 @@
 """Every node of a multi-node run reaches every reward server and judge: shown before step 1, from each node.
 
-On several nodes verl's reward-loop workers run on every node and call the reward servers (the `bot` manager's
-`http://` scorers); a server on an address that only some nodes reach (a loopback address, a firewalled port)
-fails every rollout the others score, each scored 0, and the run trains on. `check_nodes` runs one Ray task on
-each alive node of the cluster, pinned there, that GETs every URL: any HTTP answer (an error status too) shows the
-node reaches it. The first URL a node cannot reach stops the run with one line naming the node and the URL
-(`VerlBotConfigError`). `verl_bot.hooks.node_reach` runs it at the start of verl's `PPOTrainer.init`, before any
-model loads, for a verl-bot run on more than one node.
-
-The URLs (`targets`): the reward servers of the run's config, GET `<url>/health`, and the entries of
-`VERL_BOT_REACH_URLS` ("NAME=URL NAME=URL", each GET as it is): the recipes put their judges there, through Ray's
-runtime environment, so that every process of the job sees it.
+On several nodes verl's reward-loop workers run on every node and call the reward servers; a server on an address
+only some nodes reach (a loopback address, a firewalled port) fails every rollout the others score, each scored 0,
+and the run trains on. `check_nodes` runs one Ray task pinned to each alive node that GETs every URL (`targets`: the
+config's reward servers' `/health`, and `VERL_BOT_REACH_URLS`); any HTTP answer shows the node reaches it, and the
+first URL a node cannot reach stops the run with one line naming the node and the URL. Run by
+`verl_bot.hooks.node_reach` at the start of verl's `PPOTrainer.init`: docs/recipes.md, section Node plan (Several
+nodes); docs/knobs.md (`VERL_BOT_REACH_URLS`).
 """
 
 from __future__ import annotations

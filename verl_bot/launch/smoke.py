@@ -1,32 +1,12 @@
 """The verdict block of a recipe's smoke run (`SMOKE=1 bash recipes/<task>_<model>.sh`, verl_bot/recipes/launch.py).
 
-Read from what the run left in its output folder (verl's file-logger metrics, the token records of step 1,
-the checkpoint) after the trainer exits; prints one block and exits 1 when a check failed:
+Read from what the run left in its output folder (verl's file-logger metrics, the token records of step 1, the
+checkpoint) after the trainer exits; prints one block and exits 1 when a check failed:
 
     python -m verl_bot.launch.smoke --out-dir OUT --rc 0 --wall-s 300 --steps 2 --full-steps 150 --batch-scale 16/4 \\
         --rollouts-per-step 32 --engine vllm --platform gpu --judge "LLM code judge=http://..." --algo bot
 
-Checks (FAIL ends the verdict non-zero; WARN is printed, not fatal):
-- the trainer exited 0 and logged every step asked for;
-- scorer failures: FAIL when more than half of a step's rollouts failed (the run's own stop would follow),
-  WARN for any;
-- the node plan of a GPU run (`--plan`, verl_bot/launch/node_plan.py), named;
-- the judge (when one was given): FAIL when it answered no call (the reward server's `judge_stats` in its
-  /health: calls answered with a score, answered without one, unavailable; without them, the verdicts' flags);
-- the PRM (when one gave S, `--prm`): FAIL when it scored no rollout (the manager's `reward/prm_failed/mean`), WARN
-  when it failed on some or left steps unscored (`reward/prm_truncated/mean`); the steps it scored per rollout;
-- dense token rewards (token-level ALGOs): FAIL unless some recorded response carries a reward before its last
-  token; advantages: FAIL unless finite;
-- the local signal (token-level ALGOs): the share of rollouts with a non-zero S (`reward/local_signal/mean`);
-  WARN when no rollout has one (BoT is then GRPO);
-- the policy (verl's comparison of the rollout's and the trainer's token probabilities,
-  `training/rollout_probs_diff_*`): beyond the platform's tolerance (`TOLERANCE`: fp32 on the CPU, bf16 on a GPU)
-  at step 1, before any update, rollout and trainer compute different policies from the same weights (a RoPE
-  rule, a dtype, an attention kernel): a policy mismatch, FAIL on the CPU and WARN on a GPU; beyond it only
-  after an update: stale weights (the rollout serves an older model), WARN.
-The projected time of the full run is the mean time of the steps after the first, times the batch scale (full
-batch over smoke batch: generation and update are about linear in it), times the full run's steps; validation
-and checkpoints are not in it.
+Each check, its FAIL or WARN, and the projected time of the full run: docs/recipes.md, section `SMOKE=1`.
 """
 
 from __future__ import annotations

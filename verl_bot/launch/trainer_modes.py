@@ -1,28 +1,11 @@
 """verl 0.9.1's trainer modes and features with verl-bot: what is refused before Ray starts, and why.
 
-`trainer.v1.trainer_mode` (verl/trainer/ppo/v1/trainer_base.py `get_trainer_cls`):
-
-- `sync` (verl's default) and `colocate_async` (rollout and trainer share the GPUs, the next batch is sampled
-  while the current one trains): verl-bot's hooks act on the replay buffer, the reward loop and the advantage
-  alike in both (tests/e2e/test_trainer_modes.py runs `colocate_async` with LoRA through verl's trainer);
-- `separate_async` (a standalone rollout pool, weights sent over a checkpoint engine every
-  `parameter_sync_step` updates): verl asserts its batch arithmetic and its pools inside the trainer, after Ray
-  and the workers have started; `separate_async_problem` says the same in one line before Ray, and refuses the
-  mode on the CPU (`trainer.device=cpu`), which has none of the checkpoint engines it needs (NCCL, NIXL, Mooncake).
-
-`trainer.use_v1=false` (verl's legacy `RayPPOTrainer` and its subclasses, `verl_bot.hooks.legacy`): every verl-bot
-estimator, loss (GRAIL's token weights from right-padded span codes), the manager with its streams, multi-turn
-credit and the served PRM run as on v1, except `legacy_problem`'s (DAPO's filter; verl 0.9.0's legacy trainer on
-the CPU); a multi-output agent loop stops the legacy run at its first sample (the legacy agent loop takes one
-output).
-
-DAPO's dynamic sampling (`algorithm.filter_groups`): with the `bot` manager the v1 replay buffer keeps exactly the
-groups the run's estimator learns from (`verl_bot.hooks.v1.replay_buffer`); refused on the legacy trainers (no
-filter in verl 0.9.1) and where no group is "without signal" for the estimator (`filter_groups_problem`).
-
-LoRA (`actor_rollout_ref.model.lora_rank > 0`): verl's vLLM rollout loads the adapter; verl-bot's CPU `hf`
-rollout (`verl_bot.cpu.hf_rollout`) takes merged weights only (`actor_rollout_ref.model.lora.merge=true`),
-else its first weight update would stop the run after every model had loaded (`lora_problem`).
+`separate_async_problem` (`trainer.v1.trainer_mode=separate_async`: verl's own assertions, checked before Ray
+instead of inside the trainer, and the mode refused on the CPU), `legacy_problem` (what verl's legacy trainer,
+`trainer.use_v1=false`, cannot do: DAPO's filter, verl 0.9.0's legacy trainer on the CPU), `filter_groups_problem`
+(DAPO's dynamic sampling where no group is "without signal" for the estimator) and `lora_problem` (LoRA unmerged on
+the CPU `hf` rollout). Asked by `verl_bot.launch.preflight`. Each mode and feature, what runs and what is refused:
+docs/verl_setup.md (Trainer modes and features, DAPO's dynamic sampling), docs/verl_versions.md (Trainer paths).
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """Failed rollouts earn nothing: out of their groups for any estimator (verl's own included), advantage 0.
 
-Both trainers compute every estimator's advantages through one verl function with the whole batch as a
-`DataProto` (v1: `trainer_base.compute_advantage_for_multi_trajectories`, `verl_bot.hooks.v1.multi_trajectory`;
-legacy: `ray_trainer.compute_advantage`, `verl_bot.hooks.legacy.compute_advantage`). When the active batch
-context (`verl_bot.training.context`) marks rows whose scorer failed (timeout, 5xx, garbage: no verdict, so no reward
-to learn from), `advantages_without_failures`:
-
-1. gives each failed row a group of its own (a fresh uid) and zero token
-   rewards, so it takes no part in its group's statistics (mean, std, K,
-   leave-one-out baselines) in ANY estimator, verl's own included;
-2. calls verl's function;
-3. sets the failed rows' advantages to 0 on every token, and their returns
-   too (not under GAE, where returns train the critic), and likewise every row
-   of a group that failures left with a single valid rollout (no group to
-   compare it with: verl's GRPO would hand it its raw score).
-
-So for `bot`/`pure` (and every estimator of this package) the valid rows get
-exactly the advantages of their groups without the failed rollouts; for
-verl's `grpo` with k >= 2 valid rollouts, exactly GRPO over those k.
-It also puts the batch's `old_log_probs` into the context for estimators that
-read them.
-
-Multi-output agent loops (v1 only): verl keys each output `{uid}_{session}_{j}`; the
-outputs of one session (one of the n samples of a prompt) are one rollout.
-When a session of the batch has several rows, each row's session goes into the
-context (`BatchContext.sessions`, read by `bot`), verl-bot's other estimators are
-refused with one line (they have no notion of a rollout of several rows), and a
-failure fails its whole session: a group counts its valid sessions, not rows.
+`advantages_without_failures` wraps the one verl function through which each trainer computes every estimator's
+advantages with the whole batch as a `DataProto` (v1: `verl_bot.hooks.v1.multi_trajectory`; legacy:
+`verl_bot.hooks.legacy.trainer`): rows the batch context (`verl_bot.training.context`) marks as failed get groups of
+their own and zero rewards, then advantage 0; it also puts the batch's `old_log_probs` into the context. Multi-output
+agent loops (v1 only, verl's keys `{uid}_{session}_{j}`): each row's session goes into the context
+(`BatchContext.sessions`, read by `bot`), verl-bot's other estimators are refused with one line
+(`refuse_multi_output`), and a failure fails its whole session. Explained in docs/ALGORITHMS.md, section 8 (and
+Multi-output agent loops); docs/run_safety.md.
 """
 
 from __future__ import annotations
@@ -113,7 +94,7 @@ def exclusion_uids(
 
 def advantages_without_failures(compute: Callable[[Any], Any], data: Any, adv_estimator: Any) -> Any:
     """`compute(data)` (verl's advantage function on the step's `DataProto` `data`) with the failed rows of the
-    active batch context out of their groups (see the module docstring). Without an active context:
+    active batch context out of their groups (docs/ALGORITHMS.md, section 8). Without an active context:
     `compute(data)` as it is.
 
     Every change to `data` and to the result is an assignment of a whole field (never a write through a tensor

@@ -1,37 +1,12 @@
 """Belief probes of GRPO-VPS: where to cut a rollout, what to append, and what the rollout server says about it.
 
-After a rollout is generated, the agent loop (`verl_bot.vps.agent_loop`) calls `probe_rollout`:
-
-1. cuts: tau_0 = 0 plus up to `max_cuts` token positions of the reasoning region (the response before its
-   answer marker, e.g. `<final>`, looked for only after a reasoning model's think block: a marker drafted or
-   mentioned inside `<think> ... </think>` does not end the region, and a response cut off inside its think
-   block is reasoning to its end; `verl_bot_contract.think`), at least `min_gap` tokens apart and from the
-   start. `surprisal` (default) ranks the region's tokens by surprisal -log p (the rollout's own sampled-token
-   log-probs: a free proxy of the entropy), keeps the top `cut_quantile` of them as candidates and takes them
-   greedily, highest first, where they keep the gap; `uniform` spaces the cuts evenly. A cut at t
-   probes the prefix y_{<t}: the high-surprisal (forking) token opens the next segment.
-2. probe k = prompt + response[:tau_k] + template prefix + answer + template suffix (e.g. `\\n\\n<final>` +
-   `42` + `</final>`). The answer and the suffix are the scored tokens (the suffix stops "12" from counting
-   toward the answer "123"); the template prefix is conditioned on, not scored.
-3. the probes go to the same rollout server concurrently, as verl's distillation teacher path sends fixed
-   sequences: `max_tokens=1, temperature=1, prompt_logprobs=0`, plus what only one engine takes
-   (`verl_bot.advantage.vps.probe_params`: vLLM's `detokenize=False`, which verl's SGLang server would hand to
-   SGLang's sampling parameters, where it is unknown); entry j of the answer's `prompt_logprobs` is the
-   log-prob of token j + 1 (a dummy closes the list), so the answer's log-prob is the sum of the
-   entries before its tokens.
-
-The result is one small record per rollout (`cuts`, `logp` = b_k, cost and status) that the `vps` estimator
-reads (`verl_bot.advantage.vps`). What a rollout can be, and what it gets (`status`):
-
-- probes answered: `ok`, with cuts and log-probs;
-- no usable ground truth (missing, empty, not a string or a number): `no_ground_truth`, no probes;
-- an empty response: `empty_response`, no probes;
-- a probe that leaves the model's context (`max_model_len`) no room for one token: that cut and every later
-  one are dropped (counted in `skipped`); when even tau_0's does not fit: `too_long`, no probes;
-- the server raised, or answered without `prompt_logprobs`: `probe_failed`, no probes, `error` (the message);
-- a response shorter than `min_gap` (no cut fits): `ok` with tau_0 only (one segment, the whole response).
-
-Rows without probes keep GRPO's advantage.
+After a rollout is generated, the agent loop (`verl_bot.vps.agent_loop`) calls `probe_rollout`: the cuts (tau_0 = 0
+plus up to `max_cuts` positions of the reasoning region, `surprisal` or `uniform`), one probe per cut (prompt +
+response[:tau_k] + template prefix + answer + template suffix, the answer and suffix scored), sent concurrently to
+the same rollout server with `prompt_logprobs` (the per-engine parameters: `verl_bot.advantage.vps.probe_params`),
+and one small record per rollout (`cuts`, `logp` = b_k, cost, `status`) that the `vps` estimator reads. Rows without
+probes keep GRPO's advantage. The cut rule, the probes, every `status` and the cost: docs/ALGORITHMS.md, sections
+GRPO-VPS and GRPO-VPS in a verl run.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Hook: `verl.experimental.agent_loop.agent_loop.AgentLoopWorker` (legacy trainer: dense rewards into the batch).
 
-verl's legacy agent loop pads each output in `_agent_loop_postprocess` (a pydantic model whose `reward_score`
-is one float) and stacks a worker's outputs in `_postprocess`, which writes `rm_scores` with the scalar on the
-last token and flattens each row's `reward_extra_info` by the keys of the FIRST row. For a run with the `bot`
-reward manager (any other run: verl's methods, unchanged):
-
-1. `_agent_loop_postprocess` scores the output first (verl's own `_compute_score`, which it calls next anyway
-   and which then does nothing), moves a dense `reward_score` (`verl_bot.credit.dense`) into the output's
-   `extra_fields` and leaves a float in its place; an agent loop that returns several outputs (a multi-output
-   loop) stops the run in one line: the legacy trainer takes one output a sample;
-2. `_postprocess`: a row whose `reward_extra_info` carries verl-bot's fatal marker (`verl_bot.errors.FATAL_KEY`)
-   stops the run with its message (the legacy trainer propagates the error to the driver, whose last line it
-   becomes); the rows' `reward_extra_info` dicts stay one object column `reward_extra_info` (a scorer reports
-   its own parts, so rows differ in keys, which verl's flattening and its concatenation of the workers' batches
-   refuse); after verl's method, each row's `rm_scores` is its dense vector and each named stream a right-padded
-   (B, T) field `bot_stream_<name>` (`verl_bot.training.rows.dense_fields`, the v1 adapter's conversion), and the
-   column `verl_bot.training.rows.DENSE_MARK` holds each dense row's checksum (the advantage step checks it),
-   every field assigned whole (never written through a tensor verl handed out).
-
-`AgentLoopWorkerTQ` (the v1 agent loop) overrides `_agent_loop_postprocess` and never calls `_postprocess`:
-these wrappers see the legacy trainer's rollouts only.
+verl's legacy agent loop pads each output in `_agent_loop_postprocess` (one float `reward_score`) and stacks a
+worker's outputs in `_postprocess` (the scalar on the last token of `rm_scores`). For a run with the `bot` reward
+manager (any other run: verl's methods, unchanged) the wrappers carry the dense rewards, streams and checksums into
+the batch and stop the run on a fatal marker. `AgentLoopWorkerTQ` (the v1 agent loop) overrides
+`_agent_loop_postprocess` and never calls `_postprocess`: these wrappers see the legacy trainer's rollouts only.
+The trainer paths: docs/verl_versions.md, section Trainer paths.
 """
 
 from __future__ import annotations
@@ -42,6 +28,12 @@ HELD_INFO_KEY = "verl_bot_reward_extra_info"  # where the dicts wait while verl'
 
 
 def _make_agent_loop_postprocess(original):
+    """`_agent_loop_postprocess` scores the output first (verl's own `_compute_score`, which it calls next anyway and
+    which then does nothing), moves a dense `reward_score` (`verl_bot.credit.dense`) into the output's
+    `extra_fields` and leaves a float in its place (verl's padded output is a pydantic model whose `reward_score` is
+    one float); an agent loop that returns several outputs (a multi-output loop) stops the run in one line: the
+    legacy trainer takes one output a sample."""
+
     @functools.wraps(original)
     async def _agent_loop_postprocess(self, output, validate, *args, **kwargs):
         if not bot_manager_in_use(self.config):
@@ -103,6 +95,16 @@ def dense_columns(out: Any, inputs: list, dense: list[Any]) -> dict[str, Any]:
 
 
 def _make_postprocess(original):
+    """`_postprocess` (verl writes `rm_scores` with the scalar on the last token and flattens each row's
+    `reward_extra_info` by the keys of the FIRST row): a row whose `reward_extra_info` carries verl-bot's fatal
+    marker (`verl_bot.errors.FATAL_KEY`) stops the run with its message (the legacy trainer propagates the error to
+    the driver, whose last line it becomes); the rows' `reward_extra_info` dicts stay one object column (a scorer
+    reports its own parts, so rows differ in keys, which verl's flattening and its concatenation of the workers'
+    batches refuse); after verl's method, each row's `rm_scores` is its dense vector and each named stream a
+    right-padded (B, T) field `bot_stream_<name>` (`verl_bot.training.rows.dense_fields`, the v1 adapter's
+    conversion), and the column `verl_bot.training.rows.DENSE_MARK` holds each dense row's checksum, every field
+    assigned whole (never written through a tensor verl handed out)."""
+
     @functools.wraps(original)
     def _postprocess(self, inputs, *args, **kwargs):
         if not bot_manager_in_use(self.config):

@@ -2,18 +2,9 @@
 
 verl's `RayPPOTrainer` keeps an iteration in one `DataProto` on the driver and hands it, whatever `fit` runs it (its
 own, `SeparateRayPPOTrainer.fit_step` of verl's one-step-off and fully async trainers, a recipe's or a user's
-subclass), to module functions it binds by name: `compute_advantage` (`ray_trainer`) and `compute_data_metrics`
-(`metric_utils`, where verl's modules import it from), then logs with `Tracking.log`. The wrappers act for the
-legacy-family trainer of a verl-bot run constructed in this process (`RayPPOTrainer.__init__` registers it; verl's
-v1 trainer is no `RayPPOTrainer`, so its own use of `compute_advantage` is left alone):
-
-- `RayPPOTrainer.__init__`: the trainer is this process's; the step it resumes from is noted
-  (`verl_bot.hooks.resume`: its metrics file keeps the earlier steps' lines);
-- `compute_advantage`: `verl_bot.training.advantage.advantage_call` over the batch
-  (`verl_bot.hooks.legacy.batch.ProtoBatch`), failed rollouts out of their groups (`verl_bot.training.failures`);
-- `compute_data_metrics`: verl's, plus the iteration's reward metrics and the estimator's diagnostics; on a logged
-  step the token-credit panel is prepared (`verl_bot.training.panel`);
-- `Tracking.log`: the prepared panel goes to wandb and tensorboard just before verl logs the step's scalars.
+subclass), to module functions it binds by name: `compute_advantage` (`ray_trainer`), `compute_data_metrics`
+(`metric_utils`), then `Tracking.log`. The wrappers act for the legacy-family trainer of a verl-bot run constructed in
+this process (`RayPPOTrainer.__init__` registers it): docs/architecture.md, section One seam per trainer.
 """
 
 from __future__ import annotations
@@ -53,6 +44,9 @@ def register(trainer: Any) -> None:
 
 
 def _make_init(original):
+    """`RayPPOTrainer.__init__`: the trainer is this process's; the iteration it resumes from is noted
+    (`verl_bot.hooks.resume`: its metrics file keeps the earlier iterations' lines)."""
+
     @functools.wraps(original)
     def __init__(self, config, *args, **kwargs):
         original(self, config, *args, **kwargs)
@@ -63,6 +57,10 @@ def _make_init(original):
 
 
 def _make_compute_advantage(original):
+    """`compute_advantage`: `verl_bot.training.advantage.advantage_call` over the batch
+    (`verl_bot.hooks.legacy.batch.ProtoBatch`), failed rollouts out of their groups (`verl_bot.training.failures`);
+    verl's v1 trainer is no `RayPPOTrainer`, so its own use of `compute_advantage` is left alone."""
+
     @functools.wraps(original)
     def compute_advantage(data, adv_estimator, *args, **kwargs):
         trainer = running_trainer()
@@ -82,6 +80,9 @@ def _make_compute_advantage(original):
 
 
 def _make_compute_data_metrics(original):
+    """`compute_data_metrics`: verl's, plus the iteration's reward metrics and the estimator's diagnostics; on a
+    logged iteration the token-credit panel is prepared (`verl_bot.training.panel`)."""
+
     @functools.wraps(original)
     def compute_data_metrics(batch, *args, **kwargs):
         metrics = original(batch, *args, **kwargs)
@@ -102,6 +103,9 @@ def _make_compute_data_metrics(original):
 
 
 def _make_tracking_log(original):
+    """`Tracking.log`: the prepared panel goes to wandb and tensorboard just before verl logs the iteration's
+    scalars."""
+
     @functools.wraps(original)
     def log(self, data, step, *args, **kwargs):
         trainer = running_trainer()

@@ -1,27 +1,9 @@
 """Hook: `verl.experimental.agent_loop.agent_loop.AgentLoopOutput.as_dict` (dense rewards and streams).
 
-verl's v1 agent loop stores each trajectory with `AgentLoopOutput.as_dict()`,
-which builds `rm_scores` as zeros plus the scalar `reward_score` on the last
-token. The wrapper: when `reward_score` is dense (a list, or the
-`{"token_rewards", "streams"}` form of `verl_bot.credit.dense`), the row is that
-vector, and each named stream becomes one more trajectory field
-`bot_stream_<name>` (`verl_bot.credit.streams`). Everything else of the original
-method runs unchanged; a scalar `reward_score` takes verl's own path untouched,
-so every other reward manager behaves exactly as before.
-
-A multi-output agent loop's outputs share one `reward_score` (verl copies the
-last output's to the earlier ones): the manager's session form carries every
-output's rewards by a fingerprint of its ids (`verl_bot.credit.sessions`), and
-the wrapper takes this output's own. A missing fingerprint (ids changed after
-scoring), or a vector or stream of the wrong length, is a configuration
-error. Raising here would only tag the group "failure" and let training go on,
-so the row gets zeros and its `reward_extra_info` (a copy: multi-output rows
-share the dict) gets the `verl_bot.errors.FATAL_KEY` marker, which stops the
-run at the next sample (`verl_bot.hooks.v1.replay_buffer`).
-
-Each dense row also carries `DENSE_MARK`, the checksum of its token rewards, in its extra fields
-(`verl_bot.training.rows`): the advantage step stops a run in which no row has it (a verl that stores trajectories
-another way: one scalar per response) or a row's rewards no longer match it.
+verl's v1 agent loop stores each trajectory with `AgentLoopOutput.as_dict()`. When `reward_score` is dense (the `bot`
+manager's forms, `verl_bot.credit.dense`), the wrapper makes it the trajectory's `rm_scores` row, with its named
+streams and its checksum (`verl_bot.training.rows`); a scalar `reward_score` takes verl's own path untouched, so
+every other reward manager behaves exactly as before. The data flow: docs/architecture.md, section Dense plumbing.
 """
 
 from __future__ import annotations
@@ -35,6 +17,15 @@ from verl_bot.training.rows import DENSE_MARK, dense_fields
 
 
 def _make_as_dict(original):
+    """verl builds `rm_scores` as zeros plus the scalar `reward_score` on the last token; a dense `reward_score`
+    becomes the row itself, its streams fields `bot_stream_<name>` and its checksum `DENSE_MARK`
+    (`verl_bot.training.rows.dense_fields`), verl's own method building everything else. A multi-output loop's
+    outputs share one `reward_score` (verl copies the last output's): the row is this output's own, by the
+    fingerprint of its ids. A missing fingerprint (ids changed after scoring) or a vector or stream of the wrong
+    length gives zero rows and the `verl_bot.errors.FATAL_KEY` marker on a copy of `reward_extra_info` (multi-output
+    rows share the dict), which stops the run at the next sample (`verl_bot.hooks.v1.replay_buffer`): raising here
+    would only tag the group "failure" and let training go on."""
+
     @functools.wraps(original)
     def as_dict(self) -> dict[str, Any]:
         reward_score = self.reward_score

@@ -1,48 +1,12 @@
 """Hook: `verl.trainer.ppo.v1.trainer_base.PPOTrainer._build_replay_buffer` (reward config errors stop the run).
 
-A configuration error in the reward path (no scorer for a `data_source`, a
-token-reward vector of the wrong length, credentials a reward server refuses)
-reaches TransferQueue as a zero reward whose `reward_extra_info` carries the
-`verl_bot.errors.FATAL_KEY` marker (raising there would only tag the group
-"failure", and verl would train on without it).
-
-verl's trainer builds its replay buffer (or a custom sampler) once, in
-`__init__`. For a run that uses verl-bot (`verl_bot.launch.activation`; any other run gets
-verl's buffer as it is, and verl's `ReplayBuffer` classes are never changed) the
-wrapper arms that one buffer object: its `_terminal_eviction_reasons`, which
-the sampling loop calls on every poll for the train and the validation
-partition, in sync and async mode, before DAPO filtering can evict a group,
-first reads the `extra_fields` of the trajectories of groups that finished
-since its last look (each group once) and raises `VerlBotConfigError` with the
-first marker's message: the run stops before log-probs, advantages or any
-update of that step. What it remembers is the terminal groups it has read, and
-only while verl still holds them (as verl's own DAPO cache does): it never
-grows with the number of steps.
-A group whose rollouts failed because the rollout engine is gone carries a
-marker entry instead (`verl_bot.hooks.v1.rollout_failure`): its tag, which the
-buffer already holds, stops the run the same way, with the engine's error.
-
-With DAPO's dynamic sampling (`algorithm.filter_groups.enable=true`) and the `bot` manager, the armed buffer's
-`_dapo_filtered_keys` drops exactly the finished groups the run's estimator cannot learn from, whatever
-`filter_groups.metric` says (`verl_bot.advantage.groups.group_signal` over each group's token rewards as the
-manager laid them out, its failed rollouts left out): verl's metric `reward` sums the token rewards (about
-L * w_g * G + w_s * sum S with dense rewards: a group with one G and no S would be kept whenever its lengths
-differ), and `acc` would drop a group whose S still separates its rollouts. Each classification is made once per
-group, as verl's own cache does; `sample` reports `verl_bot/dapo_dropped` (groups dropped),
-`verl_bot/dapo_dropped_where_metric_differs` and `verl_bot/dapo_kept_where_metric_equal` (where verl's metric
-would have said otherwise).
-
-With `actor_rollout_ref.rollout.full_determinism=true` the armed buffer also
-gives each batch its rows in one order: its prompts in the order the trainer put
-them (the dataloader's), each group's rollouts by their response tokens. verl
-0.9.1 orders the groups by a set of random uids (`uuid4`, `trainer_base.py:1476`;
-`sorted` over a set, `replay_buffer.py:388`) and a group's rows as they finished
-(`_materialize_batch` follows TransferQueue's metadata), and which session of a
-group gets which sample depends on the order its requests reach the rollout
-(verl's agent loop names no session to it), so two runs of one seed summed the
-same rows' losses in other orders (float32: weights ~1e-5 apart after two
-steps); in one order they are bit-equal, and a resumed run is bit-equal to one
-never stopped. It costs one TransferQueue read of the batch's response ids.
+For a run that uses verl-bot (`verl_bot.launch.activation`; any other gets verl's buffer as it is) the wrapper arms
+the one buffer object verl builds (`arm`): its terminal-eviction check first looks for the `verl_bot.errors.FATAL_KEY`
+marker a reward configuration error leaves on a zero reward (raising in the reward path would only tag the group
+"failure", and verl would train on) and stops the run; with DAPO's dynamic sampling and the `bot` manager its filter
+drops exactly the groups the estimator cannot learn from (`without_signal`); with `full_determinism` its batches'
+rows come in one order (`in_put_order`). Explained in docs/run_safety.md, docs/verl_setup.md (DAPO's dynamic
+sampling) and docs/long_runs.md (Resume).
 """
 
 from __future__ import annotations
@@ -92,7 +56,14 @@ def newly_finished(seen: set[str], terminal: set[str]) -> set[str]:
 
 
 def check_finished_groups(buffer: Any, partition_id: str) -> None:
-    """Raise `VerlBotConfigError` if a trajectory of a newly finished group carries the fatal marker."""
+    """Raise `VerlBotConfigError` if a trajectory of a newly finished group carries the fatal marker.
+
+    Reads the `extra_fields` of the trajectories of the groups that finished since its last look (each group once);
+    what it remembers is the terminal groups it has read, and only while verl still holds them (as verl's own DAPO
+    cache does): it never grows with the number of iterations. A group whose rollouts failed because the rollout
+    engine is gone carries a marker entry instead (`verl_bot.hooks.v1.rollout_failure`): its tag, which the buffer
+    already holds, stops the run the same way, with the engine's error.
+    """
     import transfer_queue as tq
 
     seen = buffer.__dict__.setdefault(SEEN_ATTR, {}).setdefault(partition_id, set())
@@ -120,7 +91,15 @@ def in_put_order(snapshot: dict[str, Any], prompt_order: Iterable[str],
                  responses: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     """`snapshot` (trajectory key `{uid}_{session_id}_{index}` -> tag) ordered by its prompt's position in
     `prompt_order`, then by its response's token ids (`responses`, when given), then session and index (a key of an
-    unknown prompt goes last, by its text)."""
+    unknown prompt goes last, by its text).
+
+    Why (`full_determinism`): verl 0.9.1 orders the groups by a set of random uids (`uuid4`, `trainer_base.py:1476`;
+    `sorted` over a set, `replay_buffer.py:388`) and a group's rows as they finished (`_materialize_batch` follows
+    TransferQueue's metadata), and which session of a group gets which sample depends on the order its requests
+    reach the rollout (verl's agent loop names no session to it), so two runs of one seed summed the same rows'
+    losses in other orders (float32: weights ~1e-5 apart after two iterations); in one order they are bit-equal,
+    and a resumed run is bit-equal to one never stopped. It costs one TransferQueue read of the batch's response ids.
+    """
     position = {uid: i for i, uid in enumerate(prompt_order)}
     responses = responses or {}
 
@@ -238,7 +217,12 @@ def arm(buffer: Any, ordered: bool = False, layout: str | None = None) -> Any:
     """Make `buffer`'s (this object's only) `_terminal_eviction_reasons` check for fatal markers first (a custom
     sampler without that method is left as it is: it is not checked); `ordered`: its batches' rows in put order
     (`in_put_order`); `layout` (the `bot` manager's, when DAPO's filter is on): its filter by signal
-    (`filter_by_signal`)."""
+    (`filter_by_signal`).
+
+    verl's sampling loop calls `_terminal_eviction_reasons` on every poll, for the train and the validation
+    partition, in sync and async mode, before DAPO filtering can evict a group: a marker stops the run before
+    log-probs, advantages or any update of that iteration. verl's `ReplayBuffer` classes are never changed.
+    """
     original = getattr(buffer, CHECK, None)
     if original is None:
         return buffer

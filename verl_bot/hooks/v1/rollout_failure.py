@@ -1,21 +1,13 @@
 """Hook: `verl.experimental.agent_loop.agent_loop.AgentLoopWorker._run_agent_loop` (a dead engine stops the run).
 
-verl's v1 agent loop catches every exception of a rollout, logs it in the agent-loop worker and tags the
-prompt's group "failure"; the replay buffer then drops or refills the group and the trainer never learns why.
-That is right for a rollout that failed on its own (a tool that timed out), and wrong when the rollout engine
-is gone: with a dead vLLM engine every later rollout fails the same way, and the run ends with verl's "selected
-terminal groups with no materializable trajectories" (or refills forever) instead of the cause.
-
-The wrapper (agent-loop worker side): when a rollout fails because the engine is gone (`engine_failure`: vLLM's
-`EngineDeadError`, a rollout server's Ray actor that died, a `RolloutEngineError`), it writes one marker entry for
-the prompt's group to TransferQueue, a key `<uid>_verl_bot_engine_failure` whose tag carries
-`verl_bot.errors.FATAL_KEY` = the cause, then raises as before. `verl_bot.hooks.v1.replay_buffer` finds the marker
-in the buffer's view of the partition at its next poll and stops the run with that message. Any other failure
-takes verl's own path unchanged, and so does every failure of a run that does not use verl-bot
-(`verl_bot.launch.activation`: no marker is written).
-
-Installed before verl's v1 agent-loop module (`verl.trainer.ppo.v1.agent_loop_tq`) is imported: its
-`AgentLoopWorkerTQ` is a Ray actor class, and Ray copies the methods it inherits when the class is decorated.
+verl's v1 agent loop catches every exception of a rollout, logs it in the agent-loop worker and tags the prompt's
+group "failure": right for a rollout that failed on its own (a tool that timed out), wrong when the rollout engine is
+gone (every later rollout fails the same way, and the run ends with verl's "selected terminal groups with no
+materializable trajectories", or refills forever, instead of the cause). For an engine failure (`engine_failure`:
+vLLM's `EngineDeadError`, a rollout server's Ray actor that died, a `RolloutEngineError`) the wrapper leaves a marker
+that stops the run with the cause. Installed before verl's v1 agent-loop module (`verl.trainer.ppo.v1.agent_loop_tq`)
+is imported: its `AgentLoopWorkerTQ` is a Ray actor class, and Ray copies the methods it inherits when the class is
+decorated.
 """
 
 from __future__ import annotations
@@ -61,6 +53,13 @@ def engine_failure(exc: BaseException) -> str | None:
 
 
 def _make_wrapper(original):
+    """Agent-loop worker side: when a rollout fails because the engine is gone (`engine_failure`), one marker entry
+    for the prompt's group goes to TransferQueue, a key `<uid>_verl_bot_engine_failure` whose tag carries
+    `verl_bot.errors.FATAL_KEY` = the cause, then the error is raised as before; `verl_bot.hooks.v1.replay_buffer`
+    finds the marker in the buffer's view of the partition at its next poll and stops the run with that message.
+    Any other failure takes verl's own path unchanged, and so does every failure of a run that does not use
+    verl-bot (no marker is written)."""
+
     @functools.wraps(original)
     async def _run_agent_loop(self, sampling_params, trajectory, *args, **kwargs):
         try:
