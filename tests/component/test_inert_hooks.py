@@ -18,6 +18,7 @@ from verl import DataProto
 from verl.trainer.ppo.v1 import trainer_base
 
 from tests.conftest import compose_verl_config
+from tests.harness.batches import legacy_batch
 from verl_bot.credit.context import BatchContext, use_context
 from verl_bot.errors import VerlBotConfigError, inert
 from verl_bot.hooks.legacy.batch import ProtoBatch
@@ -27,7 +28,7 @@ from verl_bot.hooks.v1.replay_buffer import arm
 from verl_bot.training import failures
 from verl_bot.training.actor_update import ADVANTAGE_ATTR, check_advantage_call
 from verl_bot.training.advantage import advantage_call
-from verl_bot.training.rows import DENSE_MARK, row_checksum
+from verl_bot.training.rows import row_checksum
 
 
 class Buffer:
@@ -70,26 +71,6 @@ def test_the_stop_names_verls_version_the_target_and_the_hook():
                        "touch points")
 
 
-def dense_batch(rewards: list[list[float]], marks: list) -> DataProto:
-    """A `bot` manager's iteration as the legacy trainer holds it: right-padded rewards, per-row marks."""
-    width = max(len(r) for r in rewards)
-    scores = torch.zeros(len(rewards), width)
-    mask = torch.zeros(len(rewards), width, dtype=torch.int64)
-    for i, r in enumerate(rewards):
-        scores[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    ones = torch.ones(len(rewards), 1, dtype=torch.int64)
-    infos = np.empty(len(rewards), dtype=object)
-    infos[:] = [{"score": 0.0} for _ in rewards]
-    return DataProto(
-        batch=TensorDict({"rm_scores": scores, "response_mask": mask, "prompts": ones, "responses": mask.clone(),
-                          "attention_mask": torch.cat([ones, mask], 1)}, batch_size=len(rewards)),
-        non_tensor_batch={"uid": np.array(["u"] * len(rewards), dtype=object), "reward_extra_info": infos,
-                          "data_source": np.array(["toy"] * len(rewards), dtype=object),
-                          DENSE_MARK: np.array(marks, dtype=object)},
-    )
-
-
 BOT_TRAINER = SimpleNamespace(config=compose_verl_config(["algorithm.adv_estimator=bot",
                                                           "reward.reward_manager.name=bot"]),
                               global_steps=1, total_training_steps=2)
@@ -105,7 +86,8 @@ def test_a_dense_step_whose_rows_went_past_the_dense_row_hook_stops_the_run(mark
     marks = [row_checksum(torch.tensor(r)) for r in rewards] if marked else ["", ""]
     hook = "multi_trajectory.py" if marked else "agent_loop_output.py"
     with pytest.raises(VerlBotConfigError, match=rf"went past .* \(verl_bot/hooks/v1/{hook}\)"):
-        advantage_call(BOT_TRAINER, ProtoBatch(dense_batch(rewards, marks)), lambda: None, {}, V1_HOOKS)
+        batch = ProtoBatch(legacy_batch(rewards, ["u", "u"], marks=marks))
+        advantage_call(BOT_TRAINER, batch, lambda: None, {}, V1_HOOKS)
 
 
 def test_a_row_whose_token_rewards_changed_on_the_way_stops_the_run_naming_it():
@@ -114,7 +96,7 @@ def test_a_row_whose_token_rewards_changed_on_the_way_stops_the_run_naming_it():
     naming the row, before any advantage is computed."""
     rewards = [[1.0, 0.5], [0.0, 2.0]]
     marks = [row_checksum(torch.tensor(r)) for r in rewards]
-    data = dense_batch([rewards[0], [0.0, 0.0]], marks)  # row 1 lost its 2.0
+    data = legacy_batch([rewards[0], [0.0, 0.0]], ["u", "u"], marks=marks)  # row 1 lost its 2.0
     calls = []
     with pytest.raises(VerlBotConfigError, match=r"token rewards of row 1 \(uid u, data_source toy, 2 tokens\) "
                                                  r"changed between the reward loop and the advantage step"):

@@ -20,6 +20,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopW
 from verl.trainer.ppo import ray_trainer
 
 from tests.conftest import compose_verl_config
+from tests.harness.batches import legacy_batch
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.hooks.legacy import trainer as legacy_trainer
 from verl_bot.hooks.legacy.agent_loop import DENSE_KEY
@@ -103,35 +104,11 @@ def test_a_multi_output_loop_stops_the_legacy_run(worker):
         asyncio.run(AgentLoopWorker._agent_loop_postprocess(worker, [object(), object()], False))
 
 
-def legacy_batch(rewards: list[list[float]], uids: list[str], failed: list[bool], marked: bool = True) -> DataProto:
-    """A legacy trainer's batch at its advantage step: right-padded (B, T) rewards and masks, per-row dicts and
-    (`marked`) the dense-row mark verl-bot's `_postprocess` hook writes: each row's checksum."""
-    width = max(len(r) for r in rewards)
-    scores = torch.zeros(len(rewards), width)
-    mask = torch.zeros(len(rewards), width, dtype=torch.int64)
-    for i, r in enumerate(rewards):
-        scores[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    infos = np.empty(len(rewards), dtype=object)
-    infos[:] = [{"score": 0.0, "scorer_failed": float(f)} for f in failed]
-    ones = torch.ones(len(rewards), 1, dtype=torch.int64)
-    return DataProto(
-        batch=TensorDict({"token_level_rewards": scores, "token_level_scores": scores.clone(),
-                          "rm_scores": scores.clone(), "response_mask": mask, "prompts": ones,
-                          "responses": mask.clone(), "attention_mask": torch.cat([ones, mask], 1)},
-                         batch_size=len(rewards)),
-        non_tensor_batch={"uid": np.array(uids, dtype=object), "reward_extra_info": infos,
-                          "data_source": np.array(["toy"] * len(rewards), dtype=object),
-                          **({DENSE_MARK: np.array([row_checksum(torch.tensor(r)) for r in rewards], dtype=object)}
-                             if marked else {})},
-    )
-
-
 def test_a_dense_step_whose_rows_went_past_the_agent_loop_hook_stops_the_run():
     """Rows of the `bot` manager without the mark of verl-bot's `_postprocess` hook (a verl whose agent loop
     stacks its outputs another way: one scalar per response) stop the advantage step, naming the hook."""
     trainer = SimpleNamespace(config=compose_verl_config(BOT), global_steps=1, total_training_steps=2)
-    data = legacy_batch([[1.0, 1.0], [0.0, 0.0]], ["a", "a"], [False, False], marked=False)
+    data = legacy_batch([[1.0, 1.0], [0.0, 0.0]], ["a", "a"], [False, False], marks=None)
     with registered(trainer), pytest.raises(VerlBotConfigError, match=r"went past AgentLoopWorker._postprocess .*"
                                                                   r"\(verl_bot/hooks/legacy/agent_loop.py\)"):
         ray_trainer.compute_advantage(data, "bot", config=trainer.config.algorithm)

@@ -16,37 +16,21 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict
-from verl import DataProto
 from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
 from verl.experimental.one_step_off_policy.ray_trainer import OneStepOffRayTrainer
 from verl.experimental.separation.ray_trainer import SeparateRayPPOTrainer
 
 from tests.conftest import compose_verl_config
+from tests.harness.batches import legacy_batch
 from verl_bot.hooks.legacy import trainer as legacy_trainer
-from verl_bot.training.rows import DENSE_MARK, row_checksum
 
 BOT = ["algorithm.adv_estimator=bot", "reward.reward_manager.name=bot"]
 
 
-def separation_batch() -> DataProto:
+def separation_batch():
     """Two groups of the `bot` manager's rollouts: group a's three (the third failed), group b's two."""
-    rewards = [[1.0, 1.0], [0.0, 0.0], [9.0, 9.0], [2.0, 2.0], [0.0, 2.0]]
-    failed = [False, False, True, False, False]
-    scores = torch.tensor(rewards)
-    mask = torch.ones(5, 2, dtype=torch.int64)
-    ones = torch.ones(5, 1, dtype=torch.int64)
-    infos = np.empty(5, dtype=object)
-    infos[:] = [{"score": r[-1], "scorer_failed": float(f)} for r, f in zip(rewards, failed, strict=True)]
-    return DataProto(
-        batch=TensorDict({"rm_scores": scores, "response_mask": mask, "prompts": ones, "responses": mask.clone(),
-                          "attention_mask": torch.cat([ones, mask], 1), "old_log_probs": torch.zeros(5, 2)},
-                         batch_size=5),
-        non_tensor_batch={"uid": np.array(["a", "a", "a", "b", "b"], dtype=object), "reward_extra_info": infos,
-                          "data_source": np.array(["toy"] * 5, dtype=object),
-                          DENSE_MARK: np.array([row_checksum(torch.tensor(r)) for r in rewards], dtype=object)},
-        meta_info={"global_token_num": [3] * 5},  # what `_fit_generate` notes for the throughput metrics
-    )
+    return legacy_batch([[1.0, 1.0], [0.0, 0.0], [9.0, 9.0], [2.0, 2.0], [0.0, 2.0]], ["a", "a", "a", "b", "b"],
+                        [False, False, True, False, False])
 
 
 @pytest.fixture
