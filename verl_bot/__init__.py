@@ -1,16 +1,12 @@
 """verl-bot: BoT-GRPO and token-level rewards for verl (loaded through the `verl.plugins` entry point).
 
-`import verl` comes first: verl then loads this package's entry point and
-`verl_bot.plugin.register()` runs before any submodule of verl_bot executes,
-so importing a submodule directly (say `verl_bot.advantage.bot`) can never
-re-enter a half-initialised module through verl's plugin loader (and what
-`register()` installs later waits until no verl-bot module is half imported:
-`verl_bot.hooks.on_import`).
-
-Except in the command-line tools that need nothing of verl (`LIGHT_COMMANDS`,
-run as `python -m <module>`): the evaluation CLI, the quiet console of the
-CPU demo, the smoke run's verdict and a recipe's LongRoPE copy start in a fraction of a second,
-without verl's start-up warnings, and register nothing in verl (they never train).
+`import verl` comes first: verl then loads this package's entry point and `verl_bot.plugin.register()` runs before
+any submodule of verl_bot executes, so importing a submodule directly (say `verl_bot.advantage.bot`) can never
+re-enter a half-initialised module through verl's plugin loader (what `register()` installs later waits until no
+verl-bot module is half imported: `verl_bot.hooks.on_import`). Except in the command-line tools that need nothing of
+verl (`LIGHT_COMMANDS`, run as `python -m <module>`: the evaluation CLI, the CPU demo's console, the smoke verdict, a
+recipe's LongRoPE copy): they start in a fraction of a second, without verl's start-up warnings, and register nothing
+in verl (they never train).
 """
 
 import sys

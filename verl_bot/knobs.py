@@ -1,23 +1,16 @@
 """How a knob is declared: one frozen dataclass per owner, one `knob(...)` per field, one reader.
 
-A method (an estimator of `verl_bot.advantage`, a policy loss of `verl_bot.losses`) keeps its knobs in verl's
-`algorithm` config as `+algorithm.<prefix><name>=...`, declared once beside its code:
-
     @dataclass(frozen=True)
     class PureSettings(MethodSettings, prefix="pure_", label="PURE"):
         temperature: float = knob(0.1, bounds="(0, inf)", source="code", doc="T of the min-form softmax")
 
-and read with `PureSettings.from_config(algorithm)`, which refuses in one line, naming the key, the value and what
-the knob takes, a value of the wrong kind or out of bounds and a key of the prefix it does not declare. The `bot`
-manager (`node="reward.reward_kwargs.bot"`, with its `nested` mappings `scorers` and `prm`), its PRM and the token
-panels declare theirs the same way (`config_node` finds a node). A field's annotation is the knob's kind: `bool`,
-`int`, `float`, `str`, `tuple[str, ...]` (a list of texts) or a union of them (`bool | str`); `X | None` where the
-default is computed where the knob is read (passed to `from_config`) or resolved by the class's `__post_init__`,
-which also checks what several knobs decide together. `bounds` is an interval of finite numbers, `choices` and
-`other` the texts a `str` knob takes, `source` where the default comes from as docs/ALGORITHMS.md tags it (`paper`,
-`code`: its authors', `ours`). A method's row in `ESTIMATORS` / `LOSSES` carries its class and its start-up check
-(`StartupCheck`), so `verl_bot.launch.preflight` asks every method in use without naming any; docs/knobs.md's test
-reads every knob from the declarations.
+`PureSettings.from_config(algorithm)` reads `+algorithm.pure_*` and refuses a bad value or an undeclared key of the
+prefix in one line. The `bot` manager (`node="reward.reward_kwargs.bot"`, `nested` mappings), its PRM and the token
+panels declare theirs the same way (`config_node`). A field's annotation is its kind (`bool`, `int`, `float`, `str`,
+`tuple[str, ...]`, a union; `X | None` when the default is computed where it is read or by `__post_init__`, which
+also checks what several knobs decide together); `bounds`, `choices`/`other`, `source` (`paper`, `code`, `ours`, as
+docs/ALGORITHMS.md tags it). A method's row in `ESTIMATORS` / `LOSSES` carries its class and its start-up check
+(`StartupCheck`). Every knob, checked against these declarations: docs/knobs.md.
 """
 
 from __future__ import annotations

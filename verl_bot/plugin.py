@@ -1,29 +1,12 @@
 """The one entry point verl calls: `register()` readies everything verl-bot adds to verl, in this process.
 
-verl 0.9.1 imports every `verl.plugins` entry point in every process that
-imports `verl` (driver, TaskRunner, Ray workers, vLLM servers, scripts) and
-logs a failure only at DEBUG level. `register()` (idempotent):
-
-1. checks verl's version (`verl_bot.hooks.compat`);
-2. registers the CPU backend, only when it is selected (`VERL_PLATFORM=cpu`);
-3. schedules verl-bot's registry entries and hooks (`verl_bot.hooks.install`),
-   each for when verl imports the module it changes; so `import verl` imports
-   nothing heavy of verl's on verl-bot's account.
-
-It is one transaction (`verl_bot.hooks.transaction`): whatever fails, now or at a
-later import, undoes every change and logs one ERROR line saying what is
-unavailable and why; verl then runs as it would without verl-bot, except a run
-whose config names verl-bot (an estimator, a loss, the manager, its agent loop,
-a knob: `verl_bot.launch.activation`): verl's `validate_config`, which its driver
-calls before `ray.init`, stops it in one line naming the installed verl, the
-supported one and what failed (`refuse_verl_bot_runs`, outside the transaction). Nothing is
-logged otherwise: the one INFO line of a run that uses verl-bot comes from its
-driver (`verl_bot.hooks.validate_config`). Every hook passes through to verl
-for a run that does not use verl-bot (`verl_bot.launch.activation`).
-
-verl-bot logs to the `verl_bot` logger, which propagates to the root logger
-(verl's format) and has no handler of its own. Its level: `VERL_BOT_LOG_LEVEL`,
-else verl's `VERL_LOGGING_LEVEL`, else INFO; any case (`info`, `Warning`).
+verl 0.9.1 imports every `verl.plugins` entry point in every process that imports `verl` (driver, TaskRunner, Ray
+workers, vLLM servers, scripts) and logs a failure only at DEBUG level. `register()` (idempotent) checks verl's
+version (`verl_bot.hooks.compat`), registers the CPU backend when it is selected (`VERL_PLATFORM=cpu`) and schedules
+the registry entries and hooks (`verl_bot.hooks.install`), each for when verl imports the module it changes, as one
+transaction: whatever fails undoes every change and logs one ERROR line, and a run whose config names verl-bot is
+then stopped by verl's `validate_config` in one line (`refuse_verl_bot_runs`). It also sets the `verl_bot` logger's
+level. Explained in docs/PLUGIN.md (All or nothing, Logging, What it changes in a run that does not use it).
 """
 
 from __future__ import annotations

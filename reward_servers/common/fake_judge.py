@@ -1,15 +1,12 @@
 """A tiny deterministic OpenAI-compatible server for tests and CPU demos (no model weights).
 
-Endpoints: ``GET /v1/models`` -> ``{"data": [{"id": model}]}``; ``POST /v1/chat/completions`` -> a chat completion
-whose content comes from the first :class:`Rule` whose regex matches the LAST user message's text (text parts
-joined; image parts are kept in :attr:`FakeJudge.requests` for assertions). A rule can also answer with an HTTP
-status (500, 429, ...), a raw non-JSON body, or sleep first (to force client timeouts); ``times`` limits how often
-it fires (e.g. "fail twice, then answer"). Every request body is recorded in ``requests``.
+``GET /v1/models`` and ``POST /v1/chat/completions``, whose content comes from the first :class:`Rule` whose regex
+matches the LAST user message's text (text parts joined); a rule can also answer with an HTTP status, a raw non-JSON
+body, or sleep first, and ``times`` limits how often it fires ("fail twice, then answer"). Every request body is kept
+in :attr:`FakeJudge.requests` (image parts included) for assertions.
 
     with FakeJudge([Rule(r"WRONG", "incorrect"), Rule("", "correct")]) as fj:
         cfg = JudgeConfig(base_url=fj.base_url)
-        ...
-        assert fj.count == 3
 
 CLI (demo): ``python -m reward_servers.common.fake_judge --port 8000 --rules rules.json`` with a JSON list of
 ``{"pattern", "reply", "status", "delay_s", "times", "raw_body"}`` objects.

@@ -1,17 +1,11 @@
 """HTTP service factory shared by every reward server (contract: docs/REWARD_API.md).
 
-A task plugs in a :class:`Scorer` (one coroutine scoring ONE item); :func:`create_app` wraps it into a FastAPI app:
-
-- ``GET /health`` -> ``{"status": "ok", "name", "version", ...}``; 200 when the scorer says it can score, else 503.
-- ``POST /score`` -> ``{"items": [result, ...]}`` in request order, ``id`` echoed. Items are scored concurrently and
-  independently: a malformed item, an exception or a per-item timeout turns into an error result for that item only
-  (``global.score`` = the scorer's documented sentinel, ``error`` = a message).
-- request bodies over ``max_request_bytes`` get 413, a missing/wrong bearer token 401 (when a token is set),
-  a body that is not a JSON object with an ``items`` list, nests deeper than ``MAX_JSON_DEPTH`` or has ``options``
-  that are not an object 400: whatever the body, never a 5xx (which the manager retries as a transient fault).
-
-Strings are sanitised before the scorer sees them: lone surrogates (from ``\\udXXX`` escapes or invalid UTF-8 bytes
-in the body) become U+FFFD one-for-one, so character offsets stay valid, and the item gets the ``invalid_utf8`` flag.
+A task plugs in a :class:`Scorer` (one coroutine scoring ONE item); :func:`create_app` wraps it into a FastAPI app
+with ``GET /health`` and ``POST /score``: items scored concurrently and independently (a malformed item, an exception
+or a per-item timeout is an error result for that item only, ``global.score`` = the scorer's sentinel), request
+limits answered 413, 401 or 400 and never a 5xx (which the manager retries as a transient fault), strings sanitised
+before the scorer sees them (lone surrogates become U+FFFD one-for-one, so character offsets stay valid; flag
+``invalid_utf8``). The endpoints, status codes and limits: docs/REWARD_API.md, section Endpoints.
 """
 
 from __future__ import annotations

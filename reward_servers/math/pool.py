@@ -1,19 +1,10 @@
 """A pool of worker processes with a hard per-item time limit: a hung item kills and replaces its worker.
 
 Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot kill one hung worker (a kill breaks the whole pool),
-and math-verify's own timeout uses ``signal.alarm``, which needs the MAIN thread of the process that parses. Here
-every worker is a single-threaded subprocess running ``target(payload)`` in its main thread; one dispatcher
-thread in the server owns each worker, feeds it chunks of queued items (up to two chunks ahead), and reads the
-results one by one:
-
-- each result must arrive within ``item_timeout_s`` of the previous one (or of the send); otherwise the worker is
-  SIGKILLed, that item fails with :class:`ItemTimeout`, the other items sent to it are re-queued, a new worker is
-  spawned;
-- a worker that dies (segfault, OOM kill, ``os._exit``) fails its current item with :class:`WorkerDied` the same way.
-
-``await pool.submit(payload)`` from asyncio; ``target`` is ``"module:function"`` importable in a fresh process,
-``payload``/result picklable. Workers get an address-space limit (``memory_mb``) so a parser bomb cannot take the
-machine down.
+and math-verify's own timeout uses ``signal.alarm``, which needs the MAIN thread of the process that parses. Each
+:class:`WorkerPool` worker is a single-threaded subprocess under an address-space limit (``memory_mb``, so a parser
+bomb cannot take the machine down); a worker past an item's limit is SIGKILLed and replaced. Used by the math server
+(reward_servers/math/README.md, "Worker pool") and by the `bot` manager for verl's sync reward functions.
 """
 
 from __future__ import annotations
@@ -167,7 +158,17 @@ class _Worker:
 
 
 class WorkerPool:
-    """``n_workers`` processes running ``target``; see the module docstring.
+    """``n_workers`` processes running ``target``, each a single-threaded subprocess running ``target(payload)`` in
+    its main thread; one dispatcher thread in the server owns each worker, feeds it chunks of queued items (up to two
+    chunks ahead), and reads the results one by one:
+
+    - each result must arrive within ``item_timeout_s`` of the previous one (or of the send); otherwise the worker is
+      SIGKILLed, that item fails with :class:`ItemTimeout`, the other items sent to it are re-queued, a new worker
+      is spawned;
+    - a worker that dies (segfault, OOM kill, ``os._exit``) fails its current item with :class:`WorkerDied` the same
+      way.
+
+    ``await pool.submit(payload)`` from asyncio; ``payload`` and result picklable.
 
     Args:
         target: ``"module:function"``; the function takes one payload and returns a picklable result.

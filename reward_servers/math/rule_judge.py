@@ -1,30 +1,10 @@
 """A rule-based step judge for integer arithmetic chains: the LLM step judge's stand-in on the CPU task.
 
-The CPU task ``toy_math`` asks for a chain such as "Compute 3+4-2." (integers joined by ``+`` and ``-``,
-evaluated left to right) in the paper's format, one operation per step::
-
-    <step 1>3+4=7</step 1>
-
-    <step 2>7-2=5</step 2>
-
-    <final>5</final>
-
-The rule reads the problem as the first arithmetic chain of the problem text (what the LLM judge reads too:
-the judge never sees the ground truth). Step s (1-based) must be ``a op b = c`` with
-
-- ``op b`` the problem's s-th operation;
-- ``a`` the value the previous step stated (its right-hand side, right or wrong), like an LLM judge that sees the
-  previous step: a step after a wrong one is judged against the wrong value. Step 1's ``a`` is the problem's
-  first number; when the previous step states no value (it does not parse), ``a`` must be the true running value;
-- ``c == a op b``.
-
-Verdicts: ``correct`` (+1) when all hold; ``incorrect`` (-1) otherwise (a step that does not parse, a wrong
-operand or operation, a wrong result, a step past the problem's last operation); ``uncertain`` (0) for every step
-when the problem text holds no chain the rule can read. The strategies are the LLM judge's own
-(:func:`reward_servers.math.step_judge.run_strategy`): under the default ``error_propagation`` the rule is never
-asked about a step after the first incorrect one, which gets e_s = 0 ("skipped"); the "wrong value" rule above
-matters under ``independent`` and ``context_aware`` (which the rule treats like ``independent``: it ignores its
-own earlier verdicts). The LLM judge's window W does not apply: the rule always sees exactly the previous step.
+The CPU task ``toy_math`` asks for a chain such as "Compute 3+4-2." (integers joined by ``+`` and ``-``, evaluated
+left to right) in the paper's format, one operation per ``<step k>`` block. The rule reads the problem as the first
+arithmetic chain of the problem text (``parse_chain``: what the LLM judge reads too, never the ground truth) and
+judges each step against the problem's operation and the value the previous step stated (``check_step``), under the
+LLM judge's strategies (``rule_judge_steps``). The task: docs/cpu_demo.md, section A second CPU task: `toy_math`.
 """
 
 from __future__ import annotations
@@ -79,7 +59,16 @@ def parse_step(step: str) -> tuple[int, str, int, int] | None:
 
 
 def check_step(chain: Chain | None, steps: list[str], s: int) -> StepVerdict:
-    """The rule's verdict on 0-based step ``s`` of ``steps`` (inner texts) for the problem ``chain``."""
+    """The rule's verdict on 0-based step ``s`` of ``steps`` (inner texts) for the problem ``chain``.
+
+    Step s (1-based) must be ``a op b = c`` with ``op b`` the problem's s-th operation, ``c == a op b``, and ``a``
+    the value the previous step stated (its right-hand side, right or wrong), like an LLM judge that sees the
+    previous step: a step after a wrong one is judged against the wrong value. Step 1's ``a`` is the problem's first
+    number; when the previous step states no value (it does not parse), ``a`` must be the true running value.
+    ``correct`` (+1) when all hold; ``incorrect`` (-1) otherwise (a step that does not parse, a wrong operand or
+    operation, a wrong result, a step past the problem's last operation); ``uncertain`` (0) when the problem text
+    holds no chain the rule can read.
+    """
     if chain is None:
         return UNCERTAIN
     step = parse_step(steps[s])
@@ -95,7 +84,14 @@ def check_step(chain: Chain | None, steps: list[str], s: int) -> StepVerdict:
 async def rule_judge_steps(
     problem: str, steps: list[str], strategy: str = "error_propagation", max_steps: int = 64
 ) -> list[StepVerdict]:
-    """Verdicts for ``steps`` (inner texts, in order) under ``strategy``, as the LLM judge's ``judge_steps``."""
+    """Verdicts for ``steps`` (inner texts, in order) under ``strategy``, as the LLM judge's ``judge_steps``.
+
+    The strategies are the LLM judge's own (:func:`reward_servers.math.step_judge.run_strategy`): under the default
+    ``error_propagation`` the rule is never asked about a step after the first incorrect one, which gets e_s = 0
+    ("skipped"); the "wrong value" rule of ``check_step`` matters under ``independent`` and ``context_aware`` (which
+    the rule treats like ``independent``: it ignores its own earlier verdicts). The LLM judge's window W does not
+    apply: the rule always sees exactly the previous step.
+    """
     chain = parse_chain(problem)
 
     async def ask(s: int, verdicts: list[int | None] | None) -> StepVerdict:

@@ -1,17 +1,11 @@
 """Step judge: one verdict e_s in {+1, 0, -1} per tagged step, through an OpenAI-compatible chat endpoint.
 
-Window W (the definition this project uses; the paper leaves it open): when the judge scores step s (1-based),
-its prompt shows the problem, the W steps immediately before s (steps max(1, s-W) .. s-1, fewer near the start;
-W = 0 shows none; W < 0 shows every earlier step) as context, and step s itself. The judge never sees later steps.
-
-Strategies (docs/ALGORITHMS.md, "AIME rewards"):
-- ``error_propagation`` (default): steps are judged in order; once a step is judged incorrect (-1) every later
-  step gets e_s = 0 WITHOUT a judge call (verdict "skipped"); the wrong step keeps -1.
-- ``context_aware``: steps judged in order; the W context steps are shown with the judge's own earlier verdicts.
-- ``independent``: every step judged separately and concurrently; verdicts never influence each other.
-
-A reply without a recognisable verdict counts as 0 ("unparseable"). Judge transport failures raise
+When the judge scores step s its prompt shows the problem, the W steps immediately before s (the window: this
+project's definition; the paper leaves it open) and step s, never a later step. The strategies (``run_strategy``):
+``error_propagation`` (default: after the first incorrect step every later one gets 0 without a call),
+``context_aware``, ``independent``. A reply without a recognisable verdict counts as 0; a transport failure raises
 :class:`~reward_servers.common.judge.JudgeError` to the caller, which drops the local signal and flags the item.
+Explained in reward_servers/math/README.md (the step judge, window W) and docs/ALGORITHMS.md, section 4.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """The math verdict of one response, a pure function of the facts the server gathered (`math_verdict`).
 
-Per item (docs/ALGORITHMS.md "AIME rewards", Eq. 8 with the trainer's w_g = w_s = 1):
-
     G   = answer_weight * 1[correct] + b_format (+ think_truncated)     parts {"answer", "format"[, "think_truncated"]}
     S_t = local_weight * e_s / |S|   on every character of step s's block (its tags included); + think_local on
           every character of the think block
 
-b_format (`format_score`): format_bonus for a perfect format, format_penalty for mismatched tags, format_missing
-without any step/final tag, format_native for a reasoning model's own format. e_s: the step judge's verdict of step s
-(+1, 0, -1); |S| the number of steps. A judge that failed drops the local spans (flag ``judge_unavailable``) and keeps
-G. The facts: what the text alone gives (`Reading`, `read_response`), the answer check (`AnswerCheck`) and the step
-judge's verdicts (`MathFacts.judged`), which `reward_servers.math.server.MathScorer` gathers concurrently.
+b_format (`format_score`) per format case; a judge that failed drops the local spans (flag ``judge_unavailable``) and
+keeps G. The facts (`Reading`, `read_response`; `AnswerCheck`; the step judge's verdicts, `MathFacts.judged`) are
+gathered concurrently by `reward_servers.math.server.MathScorer`. Eq. 8 and its constants: docs/ALGORITHMS.md,
+section 4 (AIME rewards); reward_servers/math/README.md.
 """
 
 from __future__ import annotations

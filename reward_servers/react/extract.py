@@ -1,16 +1,11 @@
 """Find the React component in a policy response.
 
-Rules (documented in README.md):
-- Fenced blocks (``` or ~~~, 3+ chars) labelled jsx/tsx/js/ts/javascript/typescript/react/mjs/cjs or
-  unlabelled are candidates; an unclosed fence runs to the end of the response (truncated generation).
-  Among candidates that look like a component the longest wins (ties: the last one); other labels
-  (css, html, bash, json, ...) are ignored.
-- Without any fence, the raw response is code from its first line that starts like code
-  (import/export/function/const/let/var/class/"use client") to the end (trailing whitespace dropped).
-- "Looks like a component": JSX or createElement, and a default export or a capitalised
-  function/const/class declaration. Otherwise the item gets the not-a-component sentinel.
-- Only the answer is searched: ``extract(response, start)`` reads ``response[start:]`` (the text after a
-  reasoning model's think block, ``verl_bot_contract.think``); offsets stay offsets into ``response``.
+Fenced blocks (``` or ~~~) with a JavaScript/TypeScript/React label or none are candidates (an unclosed fence runs
+to the end); among those that look like a component (JSX or createElement, and a default export or a capitalised
+declaration) the longest wins, ties the last; without a fence, the raw response from its first line that starts like
+code. Otherwise the item gets the not-a-component sentinel. Only the answer is searched: ``extract(response, start)``
+reads ``response[start:]`` (after a reasoning model's think block, ``verl_bot_contract.think``); offsets stay offsets
+into ``response``. The rules in full: reward_servers/react/README.md (Extraction).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The React verdict of one response, a pure function of the facts the server gathered (`react_verdict`).
 
-docs/ALGORITHMS.md "React rewards": G is the sum of the parts
-
-    compile    0, or compile_failure_penalty when bundling or rendering failed
-    eslint     sum over ESLint findings of their severity's weight (0 with lint off)
-    llm_judge  the LLM code judge's score / 10 (0 when its reply has none or it is down)
-    vlm_judge  the VLM screenshot judge's score / 10 (0 likewise; vlm_failure_score without a screenshot)
-
-and the local signal of line m is S(m) = sum over penalised lines l of p_l * phi(|m - l|) (`scoring.spread`): -1 on
-each line a bundling diagnostic or a runtime error's innermost frame points at, each ESLint finding's weight on its
-line, the judges' worst lines ranked. A response that holds no component gets not_component_score; one cut off inside
-its think block think_truncated_score. The facts: the extraction and think split, what the compile worker answered
-(`Built`), what the render worker answered (`Rendered`), the judges' answers; `reward_servers.react.server`
-gathers them.
+G is the sum of the parts `compile`, `eslint`, `llm_judge`, `vlm_judge`, and the local signal of line m is
+S(m) = sum over penalised lines l of p_l * phi(|m - l|) (`scoring.spread`): -1 on each line a bundling diagnostic or
+a runtime error's innermost frame points at, each ESLint finding's weight on its line, the judges' worst lines
+ranked; a response without a component gets not_component_score, one cut off inside its think block
+think_truncated_score. The facts (the extraction and think split, `Built`, `Rendered`, the judges' answers) are
+gathered by `reward_servers.react.server`. The parts and constants: docs/ALGORITHMS.md, section 3 (React rewards).
 """
 
 from __future__ import annotations

@@ -11,10 +11,7 @@
     plot winrate  --result [LABEL=]WINRATE.json ... --out FIG.png
     plot passk    --result NAME=PASSK.json ... --out FIG.png
 
-Every subcommand writes its JSON (plot: the PNG and the drawn data as JSON next to it) and prints one summary
-line. winrate: a pair where only one side compiles and renders goes to that side without the judge; neither
-renders: a tie. Bad input (missing or empty file, unreachable server or judge, runs A and B on different prompts) prints
-one ``error: ...`` line on stderr and exits with code 2.
+What each writes and prints, and its errors (one ``error: ...`` line, exit code 2): docs/evaluation.md.
 """
 
 from __future__ import annotations

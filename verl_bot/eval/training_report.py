@@ -3,18 +3,11 @@
     python -m verl_bot.eval.training_report --run bot=outputs/cpu_demo/bot --run grpo=outputs/cpu_demo/grpo \
         --out outputs/cpu_demo/report [--step 20] [--groups 4]
 
-Each run directory holds what a run with `+algorithm.token_report_steps=[...]` writes
-(`verl_bot/observe/token_records.py`): `token_records/step_<N>.jsonl` (or `ckpt/token_records/`, the default
-folder), plus `metrics.jsonl` from verl's file logger.
-
-- `reward.png`: the mean global score G (`reward/score/mean`) per step of every run.
-- `tokens.html`: for the chosen step (default: the last step every run recorded), the recorded groups,
-  matched across runs by their prompt text and shown side by side (one column per run). Every rollout
-  shows its tokens exactly as generated (the bytes of the tokenizer's piece for each recorded id; nothing
-  is re-tokenized), each token twice: coloured by its reward r_t (`rm_scores`) and by the advantage A_t
-  the actor trained on. One symmetric colour scale per quantity for the whole page (every row, every run),
-  drawn as a legend bar; hover a token for its id, bytes and values.
-How tokens are shown: `verl_bot.observe.token_view`.
+Each run directory holds what a run with `+algorithm.token_report_steps=[...]` writes: `token_records/step_<N>.jsonl`
+(or `ckpt/token_records/`, the default folder), plus `metrics.jsonl` from verl's file logger. `reward.png`: the mean G
+(`reward/score/mean`) per step of every run; `tokens.html`: for the chosen step (default: the last step every run
+recorded) the recorded groups, matched across runs by their prompt text, side by side. How tokens are shown:
+`verl_bot.observe.token_view`; what the page shows: docs/evaluation.md, section The token-credit report.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Pairwise VLM win rate of run A over run B on the same prompts (docs/ALGORITHMS.md "Evaluation").
 
-1. Pair the rows of the two generation files by ``(prompt_index, sample_index)``; both files must hold the same
-   keys with the same prompt text (else EvalError: the runs were not generated on the same prompts).
-2. Render every response through the React reward server (judges off, ``return_screenshot`` on). A side
-   "renders" when the server says ``info.compiled`` (bundled and rendered without a runtime error) and returns a
-   screenshot.
-3. Pairs where both sides render go to the 4-round ABBA judge (``verl_bot.eval.pairwise.judge_pair``) through
-   ``reward_servers.common.judge.JudgeClient`` (any OpenAI-compatible vision endpoint, e.g. ``vllm serve``).
-   Pairs where only one side renders are won by that side without asking the judge (score 1 or 0: a page that
-   does not exist cannot be better than one that does); pairs where neither renders are a tie (0.5).
-
-Win rate of A = mean score over pairs (a tie is worth 0.5); tie rate = share of pairs scored 0.5.
+The rows of the two generation files paired by ``(prompt_index, sample_index)`` (``EvalError`` when the runs were not
+generated on the same prompts), every response rendered through the React reward server, the pairs where both sides
+render judged 4 rounds in ABBA order (``verl_bot.eval.pairwise.judge_pair`` through
+``reward_servers.common.judge.JudgeClient``), the others decided without the judge. Win rate of A = mean score over
+pairs (a tie is worth 0.5); tie rate = share of pairs scored 0.5. The rules: docs/evaluation.md (``winrate``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The token-credit panel and the per-token histograms that a verl-bot run sends to verl's experiment trackers.
 
-Pure logic (no verl, no tracker imported): which steps are logged, which rollouts a panel shows, the panel as
-HTML (wandb) and as Markdown (TensorBoard's text dashboard), and the histograms of a step's token values. The
-tracker calls, and the TransferQueue reads that feed them, are in `verl_bot.hooks.v1.tracker_panel`.
-
-The panel is the offline report's token view (`verl_bot.eval.training_report`: the same colours, the same
-symmetric scale per quantity, `nice_scale` of the largest |value| of the rollouts shown, the same token display)
-of a few rollouts of one step, built from token records (`verl_bot.observe.token_records`: the rows as the token report
-records them). Its knobs: `PanelSettings` (`+algorithm.token_panel_*`, docs/knobs.md), read by a run that uses
-verl-bot (`verl_bot.launch.activation`; any other run sends nothing).
-
-Histograms of every response token of the step (padding rows and tokens outside `response_mask` left out):
-r_t, the token reward (`rm_scores`); A_t, the advantage the actor trains on; S_t, the scorer's local signal,
-when the `bot` manager composed dense rewards (`r_t = w_g * G + w_s * S_t`, so `S_t = (r_t - w_g * G) / w_s`
-with the rollout's G, its `reward_extra_info.score`; clipped as the manager clips it).
+Pure logic (no verl, no tracker imported): which steps are logged, which rollouts a panel shows, the panel as HTML
+(wandb) and as Markdown (TensorBoard's text dashboard), the histograms of r_t, A_t and S_t (recovered as
+(r_t - w_g * G) / w_s, clipped as the manager clips it), and the knobs (`PanelSettings`, `+algorithm.token_panel_*`).
+The panel is the offline report's token view (`verl_bot.eval.training_report`: the same colours, the same symmetric
+scale per quantity, `nice_scale` of the largest |value| shown) of a few rollouts' token records. The tracker calls
+and the reads that feed them: `verl_bot.hooks.v1.tracker_panel`, `verl_bot.training.panel`. Explained in
+docs/evaluation.md, section Token credit in your experiment tracker.
 """
 
 from __future__ import annotations

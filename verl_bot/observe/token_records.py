@@ -1,29 +1,12 @@
 """Exact token records of chosen training steps: what the token-credit report draws.
 
-For the steps asked for, `verl_bot.hooks.v1.compute_advantage` reads the rows of
-the batch back from TransferQueue right after verl's own `_compute_advantage`
-wrote the advantages, and writes them here as JSONL: the response token ids
-the rollout generated, the token rewards (`rm_scores`) and the advantages the
-actor will train on, the row's uid and data_source. Nothing is re-tokenized:
-the report (`verl_bot/eval/training_report.py`) shows each token as the raw
-bytes of the tokenizer's own piece for that id.
-
-Knobs, in verl's `algorithm` config (add them with a leading `+`):
-
-    token_report_steps   []   training steps to record (1-based); negative counts from the last
-                              (-1 = the last step). Empty: nothing is recorded.
-                              e.g. +algorithm.token_report_steps=[1,-1]
-    token_report_groups  4    groups (prompts) recorded per step, all rollouts of each; 0 = all.
-                              The groups with the smallest prompt texts are taken, so runs with
-                              the same seed and data order record the same prompts.
-    token_report_dir     ""   folder of the records; "" = <trainer.default_local_dir>/token_records
-
-File `<dir>/step_<N>.jsonl`, one JSON object per rollout (`RECORD_KEYS`):
-
-    {"step": 20, "estimator": "bot", "uid": "<group id>", "key": "<verl's trajectory key>",
-     "data_source": "toy_lint", "prompt": "<the prompt, special tokens skipped>",
-     "response_ids": [..], "token_bytes": ["4869", ..] (hex of each token's bytes), "special": [false, ..],
-     "rewards": [..] (rm_scores), "advantages": [..], "info": {"score": G, "acc": 1.0, "scorer_failed": 0.0}}
+The knobs (`+algorithm.token_report_steps`, `token_report_groups`, `token_report_dir`) and their start-up check
+(`config_problem`), which steps and groups are recorded, and the record of each rollout (`RECORD_KEYS`: the response
+token ids as generated, the token rewards `rm_scores`, the advantages the actor trains on, uid and data_source),
+written as `<dir>/step_<N>.jsonl` by the iteration's advantage call (`verl_bot.training.records`). Nothing is
+re-tokenized: the report (`verl_bot/eval/training_report.py`) shows each token as the raw bytes of the tokenizer's
+own piece for that id. The records and the report: docs/evaluation.md, section The token-credit report; the knobs:
+docs/knobs.md.
 """
 
 from __future__ import annotations

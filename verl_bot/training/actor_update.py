@@ -1,16 +1,12 @@
 """What a verl-bot method ships with the actor update and reads back from it, the same on every trainer.
 
-verl hands a registered policy loss only tensors and the actor's config (a dataclass that refuses keys it does not
-know), and verl's update knows nothing of a method's extra inputs. So each method in use declares what it needs
-(`verl_bot.actor_needs.ActorNeeds` on its `ESTIMATORS`/`LOSSES` row) and the trainer adapter, with what this
-module computes, ships it: the knobs as non-tensor entries every actor micro-batch carries (v1: the batch meta's
-`extra_info`; legacy: the `DataProto`'s `meta_info`), a verl-bot loss's `+algorithm.<loss>_*` knobs under
-`LOSS_KNOBS_KEY` (`verl_bot.hooks.ppo_loss` makes them the active `loss_settings()`), and the methods' per-token
-fields; after the update, `update_metrics` names the iteration's metrics.
-
-Two stops make a changed verl loud: a verl-bot loss's update without `KNOBS_METRIC` (the worker hook reports it:
-a loss that ran without its knobs), and an update of an iteration whose advantages did not go through
-`verl_bot.training.advantage.advantage_call` (`check_advantage_call`: a trainer that computes them another way).
+verl hands a registered policy loss only tensors and the actor's config (which refuses unknown keys), so each method
+in use declares what it needs (`verl_bot.actor_needs.ActorNeeds` on its row) and the trainer adapter ships, with
+what this module computes, its knobs as non-tensor entries of every micro-batch (v1: the batch meta's `extra_info`;
+legacy: the `DataProto`'s `meta_info`; a loss's under `LOSS_KNOBS_KEY`) and its per-token fields; `update_metrics`
+names the iteration's metrics and stops an update of a verl-bot loss without `KNOBS_METRIC`, `check_advantage_call`
+an iteration whose advantages skipped `advantage_call`. Explained in docs/architecture.md, section One seam per
+trainer.
 """
 
 from __future__ import annotations
