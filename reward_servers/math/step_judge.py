@@ -62,7 +62,7 @@ def clip_text(text: str, max_chars: int) -> str:
 
 
 def window_indices(s: int, window: int) -> range:
-    """0-based indices of the context steps of 0-based step ``s`` under window W (see module docstring)."""
+    """0-based indices of the context steps of 0-based step ``s`` under window W (reward_servers/math/README.md)."""
     if window < 0:
         return range(0, s)
     return range(max(0, s - window), s)

@@ -73,7 +73,7 @@ def _fenced_blocks(text: str) -> list[tuple[str, int, int]]:
 
 
 def extract(response: str, start: int = 0) -> Extraction:
-    """The component of ``response[start:]`` (rules: the module docstring), offsets into ``response``."""
+    """The component of ``response[start:]`` (rules: reward_servers/react/README.md), offsets into ``response``."""
     ex = _extract(response[start:])
     ex.start += start
     ex.end += start
@@ -81,7 +81,7 @@ def extract(response: str, start: int = 0) -> Extraction:
 
 
 def _extract(response: str) -> Extraction:
-    """The component of ``response`` (rules: the module docstring)."""
+    """The component of ``response`` (rules: reward_servers/react/README.md)."""
     if not response or not response.strip():
         return Extraction(reason="empty response")
     blocks = [b for b in _fenced_blocks(response) if b[0] in CODE_LANGS]

@@ -377,7 +377,7 @@ def bot_diagnostics(stats: BotStats, tie_tolerance: float = DEFAULT_TIE_TOLERANC
 
 @dataclass(frozen=True)
 class BotSettings(MethodSettings, prefix="bot_", label="BoT-GRPO"):
-    """BoT-GRPO's knobs (`+algorithm.bot_<name>`; module docstring)."""
+    """BoT-GRPO's knobs (`+algorithm.bot_<name>`; docs/ALGORITHMS.md, section 1)."""
 
     epsilon: float = knob(DEFAULT_EPSILON, bounds="[0, inf)", source="ours", doc="added to the (floored) group std")
     length_weighting: bool = knob(True, source="paper", doc="each token weighs 1/(K L_k); false: every token 1/N")

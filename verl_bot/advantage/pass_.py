@@ -130,7 +130,7 @@ def _running_count(flags: torch.Tensor) -> torch.Tensor:
 def value_density(
     signal: torch.Tensor, response_mask: torch.Tensor, chunk_id: torch.Tensor, density: str = "suffix"
 ) -> torch.Tensor:
-    """Divide-Length: the average value density of each token's chunk (module docstring), 0 on padding.
+    """Divide-Length: the average value density of each token's chunk (docs/ALGORITHMS.md, PASS), 0 on padding.
 
     Args:
         signal: (B, T) process signal. response_mask: (B, T). chunk_id: (B, T) from `value_chunks`.
@@ -198,7 +198,7 @@ def pass_advantage(
     index: np.ndarray | list,
     settings: PassSettings = PassSettings(),  # noqa: B008 - frozen dataclass, immutable default
 ) -> PassOutput:
-    """PASS advantages: Chunk-by-Value, Divide-Length, Advantage Fusion (module docstring), vectorized.
+    """PASS advantages: Chunk-by-Value, Divide-Length, Advantage Fusion (docs/ALGORITHMS.md, PASS), vectorized.
 
     Args:
         process: (B, T) process signal s_t of each token (verl-bot's `local` stream).

@@ -28,7 +28,7 @@ STREAMS = ("local", "step_end", "outcome")
 
 @dataclass(frozen=True)
 class PureSettings(MethodSettings, prefix="pure_", label="PURE"):
-    """PURE's knobs (`+algorithm.pure_<name>`; module docstring)."""
+    """PURE's knobs (`+algorithm.pure_<name>`; docs/ALGORITHMS.md, section 6)."""
 
     temperature: float = knob(DEFAULT_TEMPERATURE, bounds="(0, inf)", source="code", doc="T of the min-form softmax")
     step_scale: float = knob(1.0, source="ours", doc="c of the step value clip(c * mean S_t, -1, 1)")

@@ -98,7 +98,7 @@ def reco_weights(
         response_mask: (B, T) 1 for response tokens, 0 for padding.
         index: (B,) group label of each row (verl's `uid`).
         w_max: clip of the raw weights 1/(K pi_hat), >= 1.
-        occurrence: count_model | count | model, the estimate pi_hat (module docstring).
+        occurrence: count_model | count | model, the estimate pi_hat (docs/ALGORITHMS.md, ReCo).
         responses: (B, T) token ids; needed by `count` and `count_model` (and for the duplicate metrics).
 
     Returns:

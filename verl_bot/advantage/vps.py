@@ -248,7 +248,7 @@ def vps_advantage(
     log_floor: float = -20.0,
     std_floor: float = DEFAULT_STD_FLOOR,
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """GRPO-VPS per-token advantages (see the module docstring).
+    """GRPO-VPS per-token advantages (docs/ALGORITHMS.md, section GRPO-VPS).
 
     Args:
         trajectory_advantages: (B, T) GRPO's advantage of each row on its tokens.

@@ -109,7 +109,7 @@ def filter_groups_problem(config: Any) -> str | None:
 
 def trainer_mode_problem(config: Any, path: str) -> str | None:
     """The first trainer mode or feature of `config` that cannot run on trainer path `path` ("v1", "legacy"; see
-    the module docstring), or None."""
+    docs/verl_setup.md, section Trainer modes and features), or None."""
     on_cpu = str(config.trainer.get("device", "cuda")) == "cpu"  # the CPU platform's runs (verl_bot/cpu/overrides.txt)
     legacy = legacy_problem(config, on_cpu=on_cpu) if path == "legacy" else None
     return (separate_async_problem(config, on_cpu=on_cpu) or lora_problem(config) or legacy

@@ -92,7 +92,7 @@ def _expression(prompt: Any, extra_info: Any) -> str | None:
 
 def toy_calc(prompt: Any, response: str, ground_truth: Any = None, extra_info: Any = None,
              turns: list[dict] | None = None) -> dict:
-    """Score a `toy_calc` rollout per turn (see the module docstring); returns a REWARD_API verdict with `turns`."""
+    """Score a `toy_calc` rollout per turn (docs/cpu_demo.md, `toy_calc`); returns a REWARD_API verdict with `turns`."""
     texts = assistant_turns(response, turns)
     called = called_expression(texts[0])
     expected = _expression(prompt, extra_info)
@@ -118,7 +118,8 @@ def _compact(expression: str) -> str:
 
 def toy_turns(prompt: Any, response: str, ground_truth: Any = None, extra_info: Any = None,
               turns: list[dict] | None = None) -> dict:
-    """Score a `toy_turns` rollout per turn (see the module docstring); returns a REWARD_API verdict with `turns`."""
+    """Score a `toy_turns` rollout per turn (docs/cpu_demo.md, `toy_turns`); returns a REWARD_API verdict with
+    `turns`."""
     texts = assistant_turns(response, turns)
     expected = _expression(prompt, extra_info)
     answer = final_answer(texts[-1])

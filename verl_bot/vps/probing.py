@@ -150,7 +150,8 @@ async def probe_rollout(
     settings: VPSSettings,
     max_model_len: int,
 ) -> dict:
-    """Probe one rollout (see the module docstring); returns its record (never raises for a server fault).
+    """Probe one rollout (its statuses: docs/ALGORITHMS.md, GRPO-VPS in a verl run); returns its record (never
+    raises for a server fault).
 
     Record: status, cuts (tau_k), logp (b_k, same length), skipped (probes that did not fit), probe_tokens (tokens
     sent), probe_s (seconds), t0/t1 (wall clock around the probes), error (probe_failed only).
