@@ -4,9 +4,8 @@ verl's reward loop keeps ONE scalar per response and writes it on the last respo
 `reward_score` as a list of floats, one per response token, or `{"token_rewards": [...], "streams": {...}}`
 (`verl_bot.credit.streams`). Here: telling the forms apart (`is_dense`, `split_reward_score`) and one response's
 checked row (`dense_row`: a length that does not match the response is a `VerlBotConfigError`, which stops the run),
-which the trainer adapters store (`verl_bot.training.rows`). `assemble_dense_rm_scores` (a batch's vectors as a
-right-padded `rm_scores`) has no caller: verl's colocated reward-model path it was written for is refused at start-up
-(it bypasses the scorers). The data flow: docs/architecture.md, section Dense plumbing.
+which the trainer adapters store (`verl_bot.training.rows`). The data flow: docs/architecture.md, section Dense
+plumbing.
 """
 
 from __future__ import annotations
@@ -44,21 +43,3 @@ def split_reward_score(reward_score: Any) -> tuple[Sequence[float], dict[str, Se
     if isinstance(reward_score, dict):
         return reward_score["token_rewards"], dict(reward_score.get("streams") or {})
     return reward_score, {}
-
-
-def assemble_dense_rm_scores(data: Any, scores: list) -> torch.Tensor:
-    """Write per-response token rewards into a right-padded `rm_scores`.
-
-    Args:
-        data: verl DataProto with `prompts` (B, P), `responses` (B, T), `attention_mask` (B, P+T).
-        scores: B entries, each a sequence of token rewards of that response's valid length.
-
-    Returns:
-        rm_scores: (B, T) float32, 0 on padding.
-    """
-    prompt_length = data.batch["prompts"].size(1)
-    valid_lengths = data.batch["attention_mask"][:, prompt_length:].sum(dim=1).tolist()
-    rm_scores = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
-    for i, (score, length) in enumerate(zip(scores, valid_lengths, strict=True)):
-        rm_scores[i, :length] = dense_row(split_reward_score(score)[0], length)
-    return rm_scores
