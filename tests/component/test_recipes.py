@@ -86,13 +86,20 @@ class Models(http.server.BaseHTTPRequestHandler):
         pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(args[args.index("--port") + 1])), Models).serve_forever()
 """
-# every Python process of a README launch notes how it was started and on which GPUs (the trainer's are the plan's)
+# every Python process of a README launch notes how it was started and on which GPUs (the trainer's are the plan's),
+# and sees the node's disk (NODE_DISK_GIB free): the test needs no disk room, and checks the same on any machine
 SITECUSTOMIZE = """import json, os, sys
+if os.environ.get("FAKE_DISK_FREE_GIB"):  # the node's disk, whatever this machine's (first: the log below fails in
+    # the launch's own process, which starts before its OUT_DIR is made)
+    import collections, shutil
+    free = int(os.environ["FAKE_DISK_FREE_GIB"]) * 2**30
+    shutil.disk_usage = lambda path: collections.namedtuple("usage", "total used free")(2 * free, free, free)
 if os.environ.get("FAKE_PROCS_LOG"):
     with open(os.environ["FAKE_PROCS_LOG"], "a") as f:
         f.write(json.dumps({"argv": sys.orig_argv, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
                             "order": os.environ.get("CUDA_DEVICE_ORDER")}) + "\\n")
 """
+NODE_DISK_GIB = 200  # free on the README node's disk (SITECUSTOMIZE): room for 2 checkpoints of 34.5 GiB
 
 
 def readme_commands() -> dict[str, list[str]]:
@@ -109,9 +116,10 @@ def readme_commands() -> dict[str, list[str]]:
 
 
 def readme_launch(data: dict, words: list[str], fake: Path, ports: dict) -> tuple[str, dict, tuple]:
-    """(recipe, environment, arguments) of a README command on a node of 8 idle 80 GB GPUs (tests/fake_gpus.py),
-    with a fake `vllm serve` for the judge and verl's `--cfg job` in place of training; the model's config.json
-    in the Hugging Face cache as a download leaves it (the disk check sizes its checkpoints from it)."""
+    """(recipe, environment, arguments) of a README command on a node of 8 idle 80 GB GPUs (tests/fake_gpus.py) and a
+    disk with `NODE_DISK_GIB` free, with a fake `vllm serve` for the judge and verl's `--cfg job` in place of training;
+    the model's config.json in the Hugging Face cache as a download leaves it (the disk check sizes its checkpoints
+    from it)."""
     env = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("recipes/"))
     script = next(w for w in words if w.startswith("recipes/"))
     name = Path(script).stem
@@ -119,7 +127,8 @@ def readme_launch(data: dict, words: list[str], fake: Path, ports: dict) -> tupl
     return name, base_env(data, **data_env(name, data), **env, PYTHONPATH=str(fake / "py"), OUT_DIR=str(out),
                           FAKE_VLLM_LOG=str(out / "fake_vllm.jsonl"),
                           FAKE_PROCS_LOG=str(out / "procs.jsonl"), REWARD_PORT=str(ports["reward"]),
-                          JUDGE_PORT=str(ports["judge"]), SERVER_START_TIMEOUT_S="240"), ("--cfg", "job")
+                          JUDGE_PORT=str(ports["judge"]), SERVER_START_TIMEOUT_S="240",
+                          FAKE_DISK_FREE_GIB=str(NODE_DISK_GIB)), ("--cfg", "job")
 
 
 @pytest.fixture(scope="module")
@@ -576,31 +585,29 @@ def test_dry_run_prints_verls_composed_config(data, node, slow):
     assert printed.actor_rollout_ref.actor.clip_ratio_high == 0.28
 
 
-def readme_ckpt(data: dict, env: dict, keep_at_once: int) -> tuple[Path, str | None]:
-    """Where the README's run keeps its checkpoints, and the disk check's refusal on this machine's disk (None when
-    its `keep_at_once` checkpoints of Qwen2.5-3B fit: they do on a disk with 69 GiB free)."""
+def readme_ckpt(data: dict, env: dict, keep_at_once: int) -> Path:
+    """Where the README's run keeps its checkpoints: `keep_at_once` of Qwen2.5-3B, which fit on the node's disk (what
+    a disk too small makes a launch say: test_checkpoints_the_disk_cannot_hold_are_refused)."""
     ckpt = data["home"] / "verl_bot_ckpt" / "verl_bot" / f"react_qwen_bot_s0{'_smoke' if env.get('SMOKE') else ''}"
-    free, existing = node_plan.disk_state(str(ckpt))
+    _, existing = node_plan.disk_state(str(ckpt))
     params = node_plan.param_count(fake_gpus.QWEN25_3B_CONFIG)
     saves = 1 if env.get("SMOKE") else 6
     assert node_plan.kept_at_once(2, saves) == keep_at_once
-    return ckpt, node_plan.disk_problem(str(ckpt), free, existing, params, 2, saves)
+    assert node_plan.disk_problem(str(ckpt), NODE_DISK_GIB * 2**30, existing, params, 2, saves) is None
+    return ckpt
 
 
-def check_readme_launch(data: dict, slow: dict, key: str) -> subprocess.CompletedProcess | None:
-    """What both README commands must show on 8 idle 80 GB GPUs: the plan (trainer 0-3, the judge on 4-7, memory and
-    disk checked), the judge started on its GPUs only, the trainer on its own, the reward server started, checked and
-    stopped with the judge. None when this machine's disk cannot hold the checkpoints (then that is the one line)."""
+def check_readme_launch(data: dict, slow: dict, key: str) -> subprocess.CompletedProcess:
+    """What both README commands must show on 8 idle 80 GB GPUs and a disk with room: the plan (trainer 0-3, the
+    judge on 4-7, memory and disk checked), the judge started on its GPUs only, the trainer on its own, the reward
+    server started, checked and stopped with the judge."""
     res, env = slow["futures"][f"readme_{key}"].result(), slow["envs"][f"readme_{key}"]
-    ckpt, disk = readme_ckpt(data, env, 1 if key == "smoke" else 2)
-    if disk is not None:
-        assert res.returncode == 2 and last_line(res.stderr) == f"recipe: {disk}", res.stderr[-3000:]
-        return None
-    plan = next(line for line in res.stderr.splitlines() if line.startswith("node plan: "))
     at_once = 1 if key == "smoke" else 2
+    ckpt = readme_ckpt(data, env, at_once)
+    plan = next((line for line in res.stderr.splitlines() if line.startswith("node plan: ")), res.stderr[-3000:])
     assert plan.startswith(
         "node plan: trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a step), LLM judge GPUs 4,5,6,7, "
-        f"no GPU idle; checkpoints: {at_once} at once of 34.5 GiB in {ckpt} ("
+        f"no GPU idle; checkpoints: {at_once} at once of 34.5 GiB in {ckpt} ({NODE_DISK_GIB} GiB free)"
     ), plan
     out, ports = Path(env["OUT_DIR"]), slow["ports"][key]
     judges = [json.loads(line) for line in (out / "fake_vllm.jsonl").read_text().splitlines()]
@@ -630,8 +637,6 @@ def test_the_readmes_full_run_starts_its_judge_beside_the_trainer_on_an_8_gpu_no
     the recipe started, whose health says the judge the recipe started is up."""
     assert readme_commands()["run"] == ["START_SERVER=1", "ALGO=bot", "bash", "recipes/react_qwen.sh"]
     res = check_readme_launch(data, slow, "run")
-    if res is None:
-        return
     assert res.returncode == 0, res.stderr[-3000:]
     printed = OmegaConf.create(res.stdout)
     assert (printed.trainer.n_gpus_per_node, printed.trainer.nnodes) == (4, 1)
@@ -645,8 +650,6 @@ def test_the_readmes_smoke_names_its_node_plan_in_the_verdict(data, slow):
     set) and its verdict block names the plan it ran on (here a FAIL: `--cfg job` trains no step)."""
     assert readme_commands()["smoke"] == ["SMOKE=1", "ALGO=bot", "bash", "recipes/react_qwen.sh"]
     res = check_readme_launch(data, slow, "smoke")
-    if res is None:
-        return
     verdict = res.stdout[res.stdout.index("== verl-bot smoke verdict: react_qwen.sh ALGO=bot =="):]
     plan = next(line.strip() for line in verdict.splitlines() if line.strip().startswith("node plan"))
     assert plan.startswith("node plan           trainer GPUs 0,1,2,3 (4 x 80 GiB; 32 rollouts per vLLM engine a "
