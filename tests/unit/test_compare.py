@@ -81,10 +81,13 @@ def test_paired_difference_uses_the_seeds_both_have(tmp_path, monkeypatch):
 def test_report_writes_summary_figures_and_only_the_pages_blocks(tmp_path):
     write_run(tmp_path, "toy_math", "bot", 0, [1.0, 2.0, 2.5, 2.5], [0.4, 0.6, 0.7, 0.8])
     page, readme = tmp_path / "results.md", tmp_path / "README.md"
-    page.write_text(f"intro\n{compare.BEGIN}\nold table\n{compare.END}\noutro\n")
+    page.write_text(f"intro\n{compare.BEGIN}\nold table\n{compare.END}\noutro\n{compare.TURN_BEGIN}\nold\n"
+                    f"{compare.TURN_END}\n")
     readme.write_text(f"top\n{compare.HEADLINE_BEGIN}\nold lines\n{compare.HEADLINE_END}\nend\n{compare.BEGIN}")
     table = compare.report(tmp_path, page=page, readme=readme)
-    assert page.read_text() == f"intro\n{compare.BEGIN}\n{table}{compare.END}\noutro\n"
+    turns = compare.turn_table([])  # toy_math is not a multi-turn task: the turn table has no row
+    assert page.read_text() == (f"intro\n{compare.BEGIN}\n{table}{compare.END}\noutro\n{compare.TURN_BEGIN}\n{turns}"
+                                f"{compare.TURN_END}\n")
     headline = compare.headline_table(compare.summarize(tmp_path))
     block = f"{compare.HEADLINE_BEGIN}\n{headline}{compare.HEADLINE_END}"
     assert readme.read_text() == f"top\n{block}\nend\n{compare.BEGIN}"  # the full table's marker left alone
@@ -92,7 +95,7 @@ def test_report_writes_summary_figures_and_only_the_pages_blocks(tmp_path):
         (row,) = list(csv.DictReader(fh))
     assert row["task"] == "toy_math" and row["steps_to_threshold"] == "4.00"  # step 3: 0.57; step 4: 0.7 >= 0.6
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == [
-        f"toy_math_{metric}_{panel}.png" for metric in ("acc", "score") for panel in ("main", "open")
+        f"toy_math_{metric}_{panel}.png" for metric in ("acc", "score") for panel in ("main", "open", "returns")
     ]
 
 
@@ -110,6 +113,28 @@ def test_the_readme_line_of_a_task_is_bot_against_grpo_and_what_ends_above_bot(t
     )
 
 
+def test_the_turn_table_by_hand(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "FINAL", 2)
+    for seed, (turns, wasted) in enumerate([([4.0, 4.0, 6.0, 4.0], ["0.5", "", "", ""]),
+                                            ([4.0, 6.0, 4.0, 4.0], ["", "1.0", "", "0.25"])]):
+        rows = [{"step": str(i + 1), "score": "1.0", "acc": "1.0", "scorer_failed": "0.0", "response_length": "9",
+                 "adv_abs_max": "", "step_time_s": "2.0", "num_turns": repr(n), "wasted_call": w, "direct": ""}
+                for i, (n, w) in enumerate(zip(turns, wasted, strict=True))]
+        compare.write_csv(compare.csv_path(tmp_path, "toy_turns", "turn_bot", seed), rows)
+    write_run(tmp_path, "toy_calc", "bot", 0, [1.0] * 4, [1.0] * 4)  # an older CSV: no turn columns
+    (calc, turns) = compare.turn_rows(tmp_path)
+    assert calc == {"task": "toy_calc", "variant": "bot", "seeds": "1", "turns": "- -> -"}
+    # assistant turns, num_turns / 2: seeds' first 2 steps 2 and 2.5, last 2 steps 2.5 and 2; wasted calls, a step
+    # without the flag counting 0: first 0.25 and 0.5, last 0 and 0.125
+    assert turns == {"task": "toy_turns", "variant": "turn_bot", "seeds": "2", "turns": "2.25 ± 0.25 -> 2.25 ± 0.25",
+                     "wasted_call": "0.38 ± 0.12 -> 0.06 ± 0.06", "direct": "0.00 ± 0.00 -> 0.00 ± 0.00"}
+    lines = compare.turn_table([calc, turns]).splitlines()
+    assert lines[0] == ("| task | variant | seeds | assistant turns per rollout | rollouts with `wasted_call` "
+                        "| rollouts with `direct` |")
+    assert lines[3] == ("| toy_turns | turn_bot | 2 | 2.25 ± 0.25 -> 2.25 ± 0.25 | 0.38 ± 0.12 -> 0.06 ± 0.06 "
+                        "| 0.00 ± 0.00 -> 0.00 ± 0.00 |")
+
+
 def test_trailing_mean_is_what_the_threshold_reads():
     assert compare.trailing_mean([0.0, 3.0, 6.0, 9.0], window=3) == [0.0, 1.5, 3.0, 6.0]
 
@@ -122,6 +147,9 @@ def _block(path: Path, begin: str, end: str) -> str:
 def test_the_pages_numbers_are_the_committed_csvs():
     rows = compare.summarize(compare.RESULTS)
     assert _block(compare.PAGE, compare.BEGIN, compare.END) == "\n" + compare.summary_table(rows)
+    turns = _block(compare.PAGE, compare.TURN_BEGIN, compare.TURN_END)
+    assert turns == "\n" + compare.turn_table(compare.turn_rows(compare.RESULTS))
+    assert "| toy_turns | turn_bot | 3 |" in turns and "| toy_calc | turn_index_biased | 3 |" in turns
     headline = _block(compare.README, compare.HEADLINE_BEGIN, compare.HEADLINE_END)
     assert headline == "\n" + compare.headline_table(rows)
     assert "| `toy_lint` | 3 x 40 |" in headline and "| `toy_math` | 5 x 40 |" in headline
