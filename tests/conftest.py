@@ -17,12 +17,40 @@ FIRST = ("test_recipes_cpu.py", "test_cpu_e2e.py", "test_e2e_resume.py", "test_e
          "test_multi_output.py", "test_e2e_tool.py", "test_prm_served.py")
 
 
+# `make test-fast` runs `-m "not slow"`: `slow` marks every test of e2e/ (each starts verl's trainer) and the tests
+# named here (a module, or module::test), each of which takes more than seconds: the benchmarks, the recipes' launches,
+# verl's driver or verl's own tests in a process of their own, a browser, a model's warm start.
+SLOW = {
+    "test_benchmarks.py", "test_families.py::test_evaluation_renders_the_prompt_the_recipes_rollout_rendered",
+    "test_node_plan.py::test_each_node_reaches_the_urls_or_the_run_stops_naming_node_and_url",
+    "test_node_plan.py::test_the_hook_checks_before_verls_init_on_several_nodes_only",
+    "test_recipes.py", "test_recipe_supervision.py",
+    "test_prm.py::test_the_aime_recipes_pass_a_prm_and_refuse_it_where_s_goes_nowhere",
+    "test_toy_math.py::test_warm_start_is_deterministic_and_writes_the_format",
+    "test_toy_math.py::test_the_aime_recipes_cpu_problems_are_the_data_scripts_and_have_answers_aime_py_reads",
+    "test_toy_math.py::test_data_script_writes_verl_rows", "test_verl_own_tests.py", "test_touch_points.py",
+    "test_plugin.py", "test_transfer_queue_hooks.py", "test_cpu_backend.py", "test_grail_engine.py",
+    "test_console.py::test_other_entry_points_still_import_verl_first", "test_no_web_stack.py",
+    "test_react_server.py", "test_server_fuzz.py",
+    "test_run_safety.py::test_the_drivers_sigterm_is_ctrl_c_unless_the_process_has_its_own_handler",
+    "test_verl_scorer.py::test_a_hung_call_is_killed_and_the_worker_replaced",
+    "test_reward_model_path.py::test_a_genrm_function_gets_the_router_address_and_the_reward_model_tokenizer",
+    "test_outages.py::test_a_killed_and_restarted_reward_server_costs_only_the_rollouts_scored_while_it_was_down",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: starts verl's trainer or takes more than seconds (not in make test-fast)")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
         name = item.path.name
         if name not in SPREAD:
             item.add_marker(pytest.mark.xdist_group(name.removesuffix(".py")))
+        if item.path.parent.name == "e2e" or {name, f"{name}::{item.originalname}"} & SLOW:
+            item.add_marker(pytest.mark.slow)
 
     def rank(item):
         name = item.path.name

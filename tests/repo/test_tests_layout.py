@@ -1,9 +1,13 @@
-"""The tests' own layout: no module imports a test module; what several modules share lives in tests/harness/."""
+"""The tests' own layout: no module imports a test module (what several modules share lives in tests/harness/); the
+tests that `make test-fast` leaves out (tests/conftest.py's SLOW) are named by tests that exist."""
 
 import ast
 import re
 import subprocess
+from collections import Counter
 from pathlib import Path
+
+from tests.conftest import FIRST, SLOW, SPREAD
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_MODULE = re.compile(r"^tests(\.\w+)*\.test_\w+$")
@@ -54,3 +58,18 @@ def later():
                                               "tests.component.test_prm", ".test_spans"]
     shared = "from tests.harness.trainer import Run, workdir\nfrom tests.conftest import free_port\nimport tests\n"
     assert imported_test_modules(shared) == []
+
+
+def test_the_slow_list_names_test_modules_and_tests_that_exist():
+    """conftest.py names a module by its file name (SPREAD, FIRST, SLOW): names unique over the folders; a SLOW entry
+    `module::test` names a test function of that module."""
+    paths = sorted((ROOT / "tests").rglob("test_*.py"))
+    twice = [name for name, n in Counter(path.name for path in paths).items() if n > 1]
+    assert not twice, twice
+    modules = {path.name: path for path in paths}
+    stale = []
+    for entry in sorted(SLOW | SPREAD | set(FIRST)):
+        module, _, test = entry.partition("::")
+        if module not in modules or (test and f"def {test}(" not in modules[module].read_text()):
+            stale.append(entry)
+    assert not stale, stale
