@@ -1,7 +1,7 @@
-"""verl-bot as the README installs it: a wheel built from a clone, installed (not editable) beside an existing verl.
+"""verl-bot as docs/verl_setup.md installs it: a wheel built from a clone, installed (not editable) beside an existing verl.
 
 One wheel is built (module fixture) from a copy of this checkout with what `make setup` leaves in a clone
-(reward_servers/react/node_modules, __pycache__ folders, verl_bot.egg-info), by pip as the README says
+(reward_servers/react/node_modules, __pycache__ folders, verl_bot.egg-info), by pip as docs/verl_setup.md says
 (`pip wheel --no-deps -w dist .`; here without build isolation, so that no setuptools is downloaded). It goes with
 `pip install --no-deps` into a fresh venv that sees this machine's verl and its dependencies: the .venv's
 site-packages through a folder of links to each of its entries, less those of the editable verl-bot that `make setup`
@@ -10,7 +10,7 @@ repository, without PYTHONPATH. Then:
 
 - the wheel holds the source files of its packages and nothing else (no node_modules, __pycache__ or tests/);
 - `import verl_bot` in the new environment is the installed copy, not this checkout;
-- verl's trainer runs one step with the README's two overrides (hf rollout, the CPU overrides) and uses verl-bot;
+- verl's trainer runs one step with the two overrides (hf rollout, the CPU overrides) and uses verl-bot;
 - the React server starts from the installed package, its Node dependencies installed by
   `python -m reward_servers.react.node_deps` into the user's cache (outside site-packages), and scores a component.
 
