@@ -9,15 +9,16 @@ step's trajectories, put as verl's agent loop puts them (`--rows` rollouts in gr
 `r_t = G + 0.5 S_t` and the advantages), and verl's own `Tracking` with wandb (offline) and tensorboard.
 
 Baseline, measured in the same run on the same step: what verl itself does for every step's metrics: its
-`PPOTrainer._compute_metrics` (its TransferQueue read of the step and its metric functions) and `Tracking.log`
-of those scalars to the same trackers. Measured: `panel.panel_of` and `panel.send_panel` on the step read through
-`verl_bot.hooks.v1.batch.TQBatch`, all a logged step adds (its TransferQueue reads, the histograms of r_t, S_t and A_t over every token, the panel's token records, the HTML and
-the Markdown panel, both trackers), at the knobs' defaults (4 rollouts x 256 tokens) and at 4x both; and both
-again on a step of a quarter of the rows (what grows with the batch: the reads and histograms; the panel
-itself is bounded by the knobs). Calls alternate, `--repeats` rounds; each call's wall-clock and this process's
-CPU time (wandb and TensorBoard write from threads and wandb's own service process: their enqueueing counts, not
-the service's uploads) is kept; best and median are printed, and the ratios of the bests and of the medians.
-Also the panel's size at both settings (wandb's media file, TensorBoard's event).
+`PPOTrainer._compute_metrics` (its TransferQueue read of the step and its metric functions) and `Tracking.log` of
+those scalars to the same trackers. Measured: `panel.panel_of` and `panel.send_panel` on the step read through
+`verl_bot.hooks.v1.batch.TQBatch`, all a logged step adds (its TransferQueue reads, the histograms of r_t, S_t and
+A_t over every token, the panel's token records, the HTML and the Markdown panel, both trackers), at the knobs'
+defaults (4 rollouts x 256 tokens) and at 4x both; and both again on a step of a quarter of the rows (what grows
+with the batch: the reads and histograms; the panel itself is bounded by the knobs). Calls alternate, `--repeats`
+rounds; each call's wall-clock and this process's CPU time (wandb and TensorBoard write from threads and wandb's
+own service process: their enqueueing counts, not the service's uploads) is kept; best and median are printed, and
+the ratios of the bests and of the medians. Also the panel's size at both settings (wandb's media file,
+TensorBoard's event).
 
 Target: a logged step at the defaults costs at most twice verl's own metrics of the step (best of the full step);
 with `token_panel_every=10` a fifth of them per step or less.

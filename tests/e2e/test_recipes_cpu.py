@@ -1,7 +1,8 @@
 """The paper's recipes on a CPU: `SMOKE=1 bash recipes/<task>_<model>.sh` through verl's trainer and vLLM rollout.
 
 Each test runs a recipe as a user does (`SMOKE=1 ALGO=... bash recipes/react_qwen.sh`): on a machine without a GPU
-it runs on the CPU platform (`PLATFORM=cpu`, verl_bot/recipes/settings.py) with verl's own vLLM rollout on vLLM's CPU build,
+it runs on the CPU platform (`PLATFORM=cpu`, verl_bot/recipes/settings.py) with verl's own vLLM rollout on vLLM's
+CPU build,
 the recipe's own composed overrides (only sizes, the platform and the model change), its reward server started by
 the recipe (the React server with real esbuild, ESLint and Chromium; the math server), and a judge that is a real
 `vllm serve` of a tiny local model on loopback (one for the module): it answers at random, and the reward servers

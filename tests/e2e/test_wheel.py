@@ -1,4 +1,5 @@
-"""verl-bot as docs/verl_setup.md installs it: a wheel built from a clone, installed (not editable) beside an existing verl.
+"""verl-bot as docs/verl_setup.md installs it: a wheel built from a clone, installed (not editable) beside an
+existing verl.
 
 One wheel is built (module fixture) from a copy of this checkout with what `make setup` leaves in a clone
 (reward_servers/react/node_modules, __pycache__ folders, verl_bot.egg-info), by pip as docs/verl_setup.md says
