@@ -8,6 +8,8 @@ import sys
 import pytest
 
 import verl_bot.plugin as plugin
+from verl_bot.advantage import ESTIMATORS
+from verl_bot.losses import LOSSES
 from verl_bot.rewards.metrics import training_reward_metrics
 
 PROBE = """
@@ -61,8 +63,9 @@ def test_plain_import_verl_registers_bot_in_a_fresh_process():
     changes = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("changes "))[len("changes "):])
     kinds = ("adv_estimator", "policy_loss", "reward_manager", "agent_loop")
     entries = [c for c in changes if c.split(":")[0] in kinds]
-    assert sorted(entries) == sorted([*(f"adv_estimator:{n}" for n in ("bot", "grail", "pass", "pure", "reco", "vps")),
-                                      "policy_loss:reco", "reward_manager:bot", "agent_loop:vps_single_turn"])
+    registered = [*(f"adv_estimator:{n}" for n in ESTIMATORS), *(f"policy_loss:{n}" for n in LOSSES)]
+    assert sorted(entries) == sorted([*registered, "reward_manager:bot", "agent_loop:vps_single_turn"])
+    assert {"bot", "grail", "pass", "pure", "reco", "vps", "turn_bot"} <= set(ESTIMATORS) and "reco" in LOSSES
     assert len(set(changes)) == len(changes)
 
 

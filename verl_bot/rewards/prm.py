@@ -102,10 +102,9 @@ def prm_settings(config: Any) -> PrmSettings | None:
     if not node:
         return None
     reward_model = config_node(config, "reward.reward_model")
-    settings = PrmSettings.from_config(node, model=reward_model.get("model_path"))
-    if settings.url == ROUTER and not reward_model.get("enable", False):
+    if node.get("url") == ROUTER and not reward_model.get("enable", False):  # before the model it would default to
         raise VerlBotConfigError(ROUTER_NEEDS_RM)
-    return settings
+    return PrmSettings.from_config(node, model=reward_model.get("model_path"))
 
 
 def load_tokenizer(path: str) -> Any:
