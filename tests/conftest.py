@@ -2,6 +2,7 @@
 
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -37,6 +38,16 @@ SLOW = {
     "test_reward_model_path.py::test_a_genrm_function_gets_the_router_address_and_the_reward_model_tokenizer",
     "test_outages.py::test_a_killed_and_restarted_reward_server_costs_only_the_rollouts_scored_while_it_was_down",
 }
+
+
+@pytest.fixture(autouse=True)
+def no_registered_legacy_trainer():
+    """A test that registers a legacy trainer (`RayPPOTrainer.__init__`'s hook, or its own) leaves none behind: a
+    process runs one trainer, and the next test's advantage calls would take it for their run's."""
+    yield
+    legacy = sys.modules.get("verl_bot.hooks.legacy.trainer")
+    if legacy is not None:
+        legacy._trainer.clear()
 
 
 def pytest_configure(config):
