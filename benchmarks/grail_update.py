@@ -176,7 +176,7 @@ def main() -> None:
         print("RESULT " + json.dumps(worker(args)), flush=True)
         return
 
-    from verl_bot.cpu.tiny_model import build_model
+    from verl_bot_demo.tiny_model import build_model
 
     env = {**os.environ, "VERL_PLATFORM": "cpu"}
     env.pop("CUDA_VISIBLE_DEVICES", None)

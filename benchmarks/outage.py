@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from transformers import AutoTokenizer
 
-    from verl_bot.cpu.tiny_model import build_model
+    from verl_bot_demo.tiny_model import build_model
 
     with tempfile.TemporaryDirectory() as tmp:
         build_model(Path(tmp))

@@ -131,10 +131,10 @@ def main(argv=None) -> int:
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
     from verl.utils.tracking import Tracking
 
-    from verl_bot.cpu.tiny_model import build_tokenizer
     from verl_bot.hooks.v1.batch import TQBatch
     from verl_bot.observe import panels
     from verl_bot.training import panel
+    from verl_bot_demo.tiny_model import build_tokenizer
 
     logging.getLogger("transfer_queue").setLevel(logging.ERROR)  # one warning per call about this machine's cores
     temp = tempfile.mkdtemp(prefix="vbpanel", dir="/tmp")

@@ -7,7 +7,7 @@
 #   VERBOSE=1 bash recipes/cpu_demo.sh       # verl's full output on the terminal too
 #
 # The terminal shows each run's progress (a bar, one line per step: G, solved rate, step time, ETA) and the report's
-# paths; verl's full output goes to ${DEMO_DIR}/demo.log (verl_bot/cpu/console.py). Each run is recipes/cpu_train.sh
+# paths; verl's full output goes to ${DEMO_DIR}/demo.log (verl_bot_demo/console.py). Each run is recipes/cpu_train.sh
 # on toy_lint; extra Hydra overrides go to both runs (verl_bot/recipes/demo.py).
 set -euo pipefail
 # shellcheck source=recipes/lib/run.sh

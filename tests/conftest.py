@@ -73,7 +73,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A directory with a tiny Qwen2 model and its byte-level BPE tokenizer (ChatML template)."""
-    from verl_bot.cpu.tiny_model import build_model
+    from verl_bot_demo.tiny_model import build_model
 
     out = tmp_path_factory.mktemp("tiny_model")
     build_model(out)

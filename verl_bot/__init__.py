@@ -12,7 +12,7 @@ in verl (they never train).
 import sys
 
 __version__ = "0.1.0"
-LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot.cpu.console", "verl_bot.launch.smoke", "verl_bot.launch.families")
+LIGHT_COMMANDS = ("verl_bot.eval", "verl_bot_demo.console", "verl_bot.launch.smoke", "verl_bot.launch.families")
 
 
 def _light_command() -> bool:

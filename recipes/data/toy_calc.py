@@ -1,9 +1,9 @@
 """Write the `toy_calc` task as verl parquet: `train.parquet` and `test.parquet`.
 
-toy_math's problems ("Compute 3+4-2.", `verl_bot.cpu.toy_math`) for a model that has a calculator tool
-(`verl_bot.cpu.toy_calc`, `verl_bot/cpu/calc_tool.py`) and answers in two turns, run through verl's `ToolAgentLoop`
+toy_math's problems ("Compute 3+4-2.", `verl_bot_demo.toy_math`) for a model that has a calculator tool
+(`verl_bot_demo.toy_calc`, `verl_bot_demo/calc_tool.py`) and answers in two turns, run through verl's `ToolAgentLoop`
 (`actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent`, `multi_turn.enable=true`) and scored per turn by
-`verl_bot.rewards.builtin.toy_calc`. Rows follow verl's preprocessors: `data_source`, `prompt` (chat list), `ability`,
+`verl_bot_demo.scorers.toy_calc`. Rows follow verl's preprocessors: `data_source`, `prompt` (chat list), `ability`,
 `reward_model` {style, ground_truth (the answer as a string)}, `extra_info` (`expression`: the chain the tool
 should be called with). Train and test problems come from different seeds.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from verl_bot.cpu.toy_math import problems  # noqa: E402
+from verl_bot_demo.toy_math import problems  # noqa: E402
 
 
 def rows(count: int, seed: int, split: str) -> list[dict]:

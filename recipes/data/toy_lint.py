@@ -3,7 +3,7 @@
 The task has the shape of the React reward's ESLint part (a global score plus
 penalties on spans of the response), small enough for a tiny model on a CPU:
 write text without the forbidden characters (scored by
-`verl_bot.rewards.builtin.toy_lint`). Rows follow verl's preprocessors:
+`verl_bot_demo.scorers.toy_lint`). Rows follow verl's preprocessors:
 `data_source`, `prompt` (chat list), `ability`, `reward_model` {style,
 ground_truth}, `extra_info`.
 

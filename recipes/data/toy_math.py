@@ -2,7 +2,7 @@
 
 The task has the shape of the AIME one (a ground-truth answer, `<step i>` steps and a `<final>` answer, a step
 judge with error propagation) on problems a tiny model can learn on a CPU: integer arithmetic chains of single
-digits such as "Compute 3+4-2." (`verl_bot.cpu.toy_math`), scored by `verl_bot.rewards.builtin.toy_math`. Rows
+digits such as "Compute 3+4-2." (`verl_bot_demo.toy_math`), scored by `verl_bot_demo.scorers.toy_math`. Rows
 follow verl's preprocessors: `data_source`, `prompt` (chat list), `ability`, `reward_model` {style,
 ground_truth (the answer as a string)}, `extra_info`. Train and test problems come from different seeds.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from verl_bot.cpu.toy_math import MAX_OPS, MIN_OPS, problems  # noqa: E402
+from verl_bot_demo.toy_math import MAX_OPS, MIN_OPS, problems  # noqa: E402
 
 
 def rows(count: int, seed: int, split: str, min_ops: int = MIN_OPS, max_ops: int = MAX_OPS) -> list[dict]:

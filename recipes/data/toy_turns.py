@@ -1,8 +1,8 @@
 """Write the `toy_turns` task as verl parquet: `train.parquet` and `test.parquet`.
 
 Chains of 1-4 operations for a model that may answer at once or call its calculator tool once or more, run
-through verl's `ToolAgentLoop` and scored per turn by `verl_bot.rewards.builtin.toy_turns`; the rows are
-`verl_bot.cpu.toy_turns.rows` (toy_calc's columns, `data_source=toy_turns`). Train and test problems come from
+through verl's `ToolAgentLoop` and scored per turn by `verl_bot_demo.scorers.toy_turns`; the rows are
+`verl_bot_demo.toy_turns.rows` (toy_calc's columns, `data_source=toy_turns`). Train and test problems come from
 different seeds.
 
     python recipes/data/toy_turns.py --out DIR [--train 512] [--test 64] [--seed 0]
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from verl_bot.cpu.toy_turns import rows  # noqa: E402
+from verl_bot_demo.toy_turns import rows  # noqa: E402
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The quiet console of the CPU demo (verl_bot/cpu/console.py) and the light command-line tools.
+"""The quiet console of the CPU demo (verl_bot_demo/console.py) and the light command-line tools.
 
 The console runs a real command (a small bash script standing in for the trainer: it writes verl's
 file-logger lines and the output lines the real trainer prints, taken from a demo log) and is checked
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_bot.cpu import console
+from verl_bot_demo import console
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,7 +156,7 @@ def test_console_verbose_copies_everything(tmp_path, monkeypatch):
     assert all(line in shown for line in HARMLESS_LINES)
 
 
-@pytest.mark.parametrize("module", ["verl_bot.eval", "verl_bot.cpu.console"])
+@pytest.mark.parametrize("module", ["verl_bot.eval", "verl_bot_demo.console"])
 def test_light_commands_print_their_help_without_importing_verl(module):
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT
@@ -192,7 +192,7 @@ def test_ctrl_c_reaches_the_trainer_under_timeout(tmp_path, signum):
     script = tmp_path / "recipe.sh"
     script.write_text(f'timeout 300 {sys.executable} -c "$1" verl.trainer.main_ppo\nexit $?\n')
     log = tmp_path / "demo.log"
-    cmd = [sys.executable, "-m", "verl_bot.cpu.console", "--log", str(log), "--metrics", str(tmp_path / "m.jsonl")]
+    cmd = [sys.executable, "-m", "verl_bot_demo.console", "--log", str(log), "--metrics", str(tmp_path / "m.jsonl")]
     console_proc = subprocess.Popen(
         [*cmd, "--steps", "2", "--", "bash", str(script), trainer], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )

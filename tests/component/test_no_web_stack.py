@@ -1,7 +1,7 @@
 """The plugin imports no reward server and no web framework: in a fresh process where `fastapi`, `uvicorn`,
 `starlette` and `reward_servers` cannot be imported (a `sys.meta_path` finder refuses them before `import verl`),
 verl loads verl-bot, its registration succeeds, and verl's own reward loop scores rows with the `bot` manager and a
-`python:` scorer. The built-in scorers (`verl_bot.rewards.builtin`) stay unloaded while no row names them.
+`python:` scorer. The built-in scorers (`verl_bot_demo.scorers`) stay unloaded while no row names them.
 
 The same process shows why `fastapi` and `uvicorn` are still core requirements of verl-bot (pyproject.toml): verl
 0.9.1's agent loop, which both of its trainers import, needs them."""
@@ -74,7 +74,7 @@ found = {
     "registration_failure": verl_bot.plugin.register().failure,
     "manager": get_reward_manager_cls("bot").__module__,
     "estimator": get_adv_estimator_fn("bot").__module__,
-    "loaded": sorted(m for m in sys.modules if m.split(".")[0] in REFUSED or m == "verl_bot.rewards.builtin"),
+    "loaded": sorted(m for m in sys.modules if m.split(".")[0] in REFUSED or m == "verl_bot_demo.scorers"),
 }
 for name in ("fastapi", "reward_servers.math"):  # the finder refuses what it should
     try:

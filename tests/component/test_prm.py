@@ -26,7 +26,7 @@ from verl_bot.credit.spans import token_char_spans
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
 from verl_bot.launch.preflight import check_config
 from verl_bot.rewards import prm
-from verl_bot.rewards.builtin import toy_math
+from verl_bot_demo.scorers import toy_math
 
 TAG = "<extra_0>"
 TASK = "Compute 3+4-2."

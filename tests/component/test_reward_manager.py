@@ -23,7 +23,7 @@ from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 from tests.harness.manager import VOWELS, make_batch, reference_credit, reference_token_rewards, worker_for
 from verl_bot.advantage.bot import bot_advantage
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
-from verl_bot.rewards.builtin import toy_lint
+from verl_bot_demo.scorers import toy_lint
 
 RESPONSES = ["xyz qrst", "hello world", "aaa", "", "café 😀 ok", "zzz"]
 

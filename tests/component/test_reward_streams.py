@@ -18,7 +18,7 @@ from verl_bot.credit.spans import token_char_spans
 from verl_bot.credit.streams import declare_streams, step_end_mask, streams_for, token_streams, use_streams
 from verl_bot.credit.verdict import verdict_format, verdict_outcome
 from verl_bot.errors import FATAL_KEY
-from verl_bot.rewards.builtin import toy_lint
+from verl_bot_demo.scorers import toy_lint
 
 RESPONSES = ["xyz\n\nqrst", "hello\n\n\nworld\nend", "aaa", "", "zz\n\n"]
 

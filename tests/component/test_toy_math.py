@@ -27,13 +27,13 @@ from hypothesis import strategies as st
 from reward_servers.math.rule_judge import Chain, check_step, parse_chain, rule_judge_steps
 from tests.conftest import compose_verl_config, free_port
 from tests.harness.manager import make_batch, token_local, token_pieces, worker_for
-from verl_bot.cpu import toy_math as task
 from verl_bot.credit.verdict import validate_verdict
-from verl_bot.rewards.builtin import toy_lint, toy_math
 from verl_bot.rewards.manager import manager_settings
 from verl_bot.rewards.metrics import training_reward_metrics
 from verl_bot.rewards.noise import LocalNoise
 from verl_bot.rewards.scorers import DEFAULT_SCORERS, build_scorer, build_scorers
+from verl_bot_demo import toy_math as task
+from verl_bot_demo.scorers import toy_lint, toy_math
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "Compute 3+4-2."  # 3 -> 7 -> 5
@@ -492,7 +492,7 @@ def test_worked_solutions_are_judged_correct_and_injected_errors_wrong():
 def test_warm_start_is_deterministic_and_writes_the_format(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl_bot.cpu.tiny_model import build_model
+    from verl_bot_demo.tiny_model import build_model
 
     short = {"steps": 20, "batch_size": 16, "error_rate": 0.3}
     model_a, _ = build_model(tmp_path / "a", seed=3, warm_start="toy_math", warm_start_kwargs=short)

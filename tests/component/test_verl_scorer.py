@@ -16,9 +16,9 @@ from verl.utils.reward_score import default_compute_score, gsm8k
 from tests.harness.manager import make_batch, token_local, token_pieces, worker_for
 from verl_bot.credit.verdict import InvalidVerdict
 from verl_bot.errors import FATAL_KEY
-from verl_bot.rewards.builtin import toy_lint
 from verl_bot.rewards.verl_functions import default_data_sources, default_knows
 from verl_bot.rewards.verl_scorer import verdict_from_result
+from verl_bot_demo.scorers import toy_lint
 
 # A user's verl reward function file: verl's signature, a dict with parts and a local span, and the
 # behaviours the manager must handle (math-verify, a hang, "not my data source", a crash).

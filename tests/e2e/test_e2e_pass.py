@@ -45,7 +45,7 @@ import json, os
 import verl_bot.plugin
 verl_bot.plugin.register()
 from verl.trainer.ppo import core_algos
-from verl_bot.rewards.builtin import toy_lint
+from verl_bot_demo.scorers import toy_lint
 
 
 def toy_lint_with_format(prompt, response, ground_truth=None, extra_info=None):

@@ -2,7 +2,7 @@
 with the v1 trainer, `turn_bot` on `toy_turns` with the legacy trainer, whose checks are its test's docstring).
 
 verl 0.9.1's real trainer (hf rollout, 2 steps) with `multi_turn.enable=true`, the `calc` function tool
-(`verl_bot/cpu/calc_tool.py`), a tiny model warm-started to call it (`--warm-start toy_calc`) and the built-in
+(`verl_bot_demo/calc_tool.py`), a tiny model warm-started to call it (`--warm-start toy_calc`) and the built-in
 per-turn scorer `builtin:toy_calc`. A probe loaded through verl's `VERL_USE_EXTERNAL_MODULES` records, at verl's
 advantage step, every row's response ids, response mask, token rewards and advantages (and what `turn_bot` gets
 and returns). The `bot` test then checks:
@@ -106,7 +106,7 @@ def workdir(tmp_path_factory) -> Path:
     import pandas as pd
 
     from recipes.data.toy_calc import rows
-    from verl_bot.cpu.tiny_model import build_model
+    from verl_bot_demo.tiny_model import build_model
 
     root = tmp_path_factory.mktemp("e2e_tool")
     build_model(root / "model", warm_start="toy_calc", warm_start_kwargs={"steps": 300})
@@ -122,8 +122,8 @@ def offline_token_rewards(tokenizer, prompt_ids: list[int], ids: list[int], mask
     w_s * clip(v_turn) on the generated tokens of each turn, G and v_turn toy_calc's."""
     from verl_bot.credit.spans import token_char_spans
     from verl_bot.credit.turns import turn_ids, turn_layout
-    from verl_bot.rewards.builtin import PROBLEM, toy_calc
-    from verl_bot.rewards.calc import evaluate
+    from verl_bot_demo.calc import evaluate
+    from verl_bot_demo.scorers import PROBLEM, toy_calc
 
     prompt = tokenizer.decode(prompt_ids, skip_special_tokens=True)
     truth = evaluate(PROBLEM.search(prompt).group(1))
@@ -194,8 +194,8 @@ def turns_workdir(workdir) -> Path:
     """A toy_turns warm-started tiny model and toy_turns parquet files beside the module's probe."""
     import pandas as pd
 
-    from verl_bot.cpu.tiny_model import build_model
-    from verl_bot.cpu.toy_turns import rows
+    from verl_bot_demo.tiny_model import build_model
+    from verl_bot_demo.toy_turns import rows
 
     root = workdir / "turns"
     build_model(root / "model", warm_start="toy_turns", warm_start_kwargs={"steps": 300})
@@ -210,8 +210,8 @@ def offline_turn_reward(tokenizer, prompt_ids: list[int], ids: list[int], mask: 
     recomputed here from the rollout's ids."""
     from verl_bot.credit.spans import token_char_spans
     from verl_bot.credit.turns import turn_ids, turn_layout
-    from verl_bot.rewards.builtin import PROBLEM, toy_turns
-    from verl_bot.rewards.calc import evaluate
+    from verl_bot_demo.calc import evaluate
+    from verl_bot_demo.scorers import PROBLEM, toy_turns
 
     prompt = tokenizer.decode(prompt_ids, skip_special_tokens=True)
     text, spans = token_char_spans(tokenizer, ids)

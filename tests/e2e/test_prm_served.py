@@ -2,7 +2,7 @@
 
 One start of verl 0.9.1's real trainer on the CPU (`python -m verl.trainer.main_ppo`, tests' `Run`): the policy is
 the toy_math warm-started tiny model, G comes from `builtin:toy_math`, and S from a tiny
-`Qwen2ForProcessRewardModel` (`verl_bot.cpu.tiny_prm`, random weights) that verl itself serves in a separate
+`Qwen2ForProcessRewardModel` (`verl_bot_demo.tiny_prm`, random weights) that verl itself serves in a separate
 reward pool with its own vLLM server on vLLM's CPU build (`reward.reward_model.enable=true`,
 `+reward.reward_kwargs.bot.prm.url=router`). This needs both hooks of verl's reward-model path
 (`verl_bot.hooks.reward_model_path`: the reward loop calls the `bot` manager; `verl_bot.hooks.vllm_pooling_model`:
@@ -31,8 +31,8 @@ from transformers import AutoTokenizer
 
 from tests.harness.manager import token_local
 from tests.harness.trainer import PROBE, Run
-from verl_bot.cpu.tiny_prm import STEP_TAG, build_prm, load_reference, reference_step_probabilities, step_tag_id
 from verl_bot.rewards.prm import QWEN_PRM_SYSTEM, prm_input_ids, prm_messages, split_steps
+from verl_bot_demo.tiny_prm import STEP_TAG, build_prm, load_reference, reference_step_probabilities, step_tag_id
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -45,7 +45,7 @@ def workdir(tmp_path_factory) -> Path:
     import pandas as pd
 
     from recipes.data.toy_math import rows
-    from verl_bot.cpu.tiny_model import build_model
+    from verl_bot_demo.tiny_model import build_model
 
     root = tmp_path_factory.mktemp("prm_served")
     build_model(root / "model", seed=0, warm_start="toy_math", warm_start_kwargs={"steps": 150, "batch_size": 32})

@@ -126,7 +126,7 @@ efs.weighted_loss = weighted_loss
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """The tiny models and data the CPU recipes run on, the probe module, and the judge (a real vLLM server)."""
-    from verl_bot.cpu.tiny_model import build_model
+    from verl_bot_demo.tiny_model import build_model
 
     root = tmp_path_factory.mktemp("recipes_cpu")
     judge_dir = root / "judge_model"

@@ -34,7 +34,7 @@ verl_bot.plugin.register()
 from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.v1 import trainer_base
 from verl_bot.credit.context import current
-from verl_bot.rewards.builtin import toy_lint
+from verl_bot_demo.scorers import toy_lint
 
 
 def _write(record, env="VB_PROBE_FILE"):

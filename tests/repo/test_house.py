@@ -122,3 +122,16 @@ def test_verl_internals_are_patched_only_in_the_hooks_folder():
             if needle in text:
                 offenders.append(f"{path.relative_to(PACKAGE)}: {needle}")
     assert not offenders, offenders
+
+
+def test_the_plugin_imports_nothing_of_the_demo_package():
+    """`verl_bot_demo` (the CPU demo's tasks, scorers and tiny models) stands above the plugin: no module of `verl_bot`
+    imports it (the `bot` manager names the built-in scorers by module path and loads them when a run uses one)."""
+    importing = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            if any(name == "verl_bot_demo" or name.startswith("verl_bot_demo.") for name in names):
+                importing.append(str(path.relative_to(PACKAGE.parent)))
+    assert not importing, importing

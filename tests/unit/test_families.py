@@ -1,4 +1,4 @@
-"""The model families (verl_bot/launch/families.py) and their tiny CPU models (verl_bot/cpu/tiny_model.py).
+"""The model families (verl_bot/launch/families.py) and their tiny CPU models (verl_bot_demo/tiny_model.py).
 
 Each tiny model is its family's real architecture class with the traits that matter (SmolLM3's NoPE layer, Phi's
 LongRoPE with distinct factors and partial rotary), its family's chat format and EOS list. The LongRoPE rule is
@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from tests.conftest import compose_verl_config
-from verl_bot.cpu.tiny_model import LONGROPE_SWITCH, build_model
 from verl_bot.errors import VerlBotConfigError
 from verl_bot.launch import families
 from verl_bot.launch.families import FAMILIES, longrope_copy, longrope_problem
+from verl_bot_demo.tiny_model import LONGROPE_SWITCH, build_model
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = [{"role": "user", "content": "Compute 3+4."}]

@@ -20,8 +20,8 @@ from reward_servers.math.__main__ import build_parser, config_from_args
 from reward_servers.math.parsing import find_steps, paragraph_steps, parse_response
 from reward_servers.react.extract import extract
 from verl_bot.credit.spans import token_char_spans
-from verl_bot.rewards.builtin import toy_math
 from verl_bot_contract.think import ThinkSplit, split_think
+from verl_bot_demo.scorers import toy_math
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,11 @@ import pytest
 
 from tests.conftest import compose_verl_config
 from tests.harness.recipes import cpu_train_args
-from verl_bot.cpu.toy_math import Problem
-from verl_bot.cpu.toy_turns import chat, rows
 from verl_bot.credit.verdict import validate_verdict
-from verl_bot.rewards.builtin import toy_turns
-from verl_bot.rewards.calc import tool_call
+from verl_bot_demo.calc import tool_call
+from verl_bot_demo.scorers import toy_turns
+from verl_bot_demo.toy_math import Problem
+from verl_bot_demo.toy_turns import chat, rows
 
 PROMPT = "Compute 3+4-2."
 CONTEXT = "\n<|im_start|>tool\n{reply}<|im_end|>\n<|im_start|>assistant\n"

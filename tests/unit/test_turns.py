@@ -16,8 +16,6 @@ from verl import DataProto
 
 from tests.conftest import compose_verl_config
 from tests.harness.recipes import cpu_train_args
-from verl_bot.cpu.toy_calc import chat
-from verl_bot.cpu.toy_math import Problem
 from verl_bot.credit.token_credit import CreditSettings, OutputLayout, TokenLayout, token_credit
 from verl_bot.credit.turns import (
     MASK_KEY,
@@ -31,8 +29,10 @@ from verl_bot.credit.turns import (
 )
 from verl_bot.credit.verdict import InvalidVerdict, validate_verdict
 from verl_bot.errors import FATAL_KEY, VerlBotConfigError
-from verl_bot.rewards.builtin import toy_calc
-from verl_bot.rewards.calc import called_expression, evaluate, final_answer, tool_call
+from verl_bot_demo.calc import called_expression, evaluate, final_answer, tool_call
+from verl_bot_demo.scorers import toy_calc
+from verl_bot_demo.toy_calc import chat
+from verl_bot_demo.toy_math import Problem
 
 MISSING_MASK = ("verl-bot: multi-turn rollout reached the bot manager without its response_mask "
                 "(AgentLoopWorker._compute_score hook missing)")
@@ -185,7 +185,7 @@ def test_toy_calc_single_turn_answer_without_the_tool():
 
 
 def test_warm_start_chat_labels_only_the_assistant_turns_and_their_eos(tokenizer):
-    from verl_bot.cpu.pretrain import _chat_ids
+    from verl_bot_demo.pretrain import _chat_ids
 
     messages = [{"role": "user", "content": PROBLEM.prompt}, *chat(PROBLEM, random.Random(0))]
     ids, labels = _chat_ids(tokenizer, messages)
@@ -217,7 +217,7 @@ def tool_reply_span(prompt, response, ground_truth=None, extra_info=None, turns=
 
 def _tool_row(tokenizer, final: str, fields: dict | None, num_turns: int = 4) -> tuple[DataProto, list[int]]:
     """One ToolAgentLoop-like row (prompt, tool call, tool reply 5, final answer) and its response mask."""
-    from verl_bot.cpu.pretrain import _chat_ids
+    from verl_bot_demo.pretrain import _chat_ids
 
     chat_messages = [{"role": "user", "content": PROBLEM.prompt}, {"role": "assistant", "content": tool_call("3+4-2")},
                      {"role": "tool", "content": "5"}, {"role": "assistant", "content": f"<final>{final}</final>"}]
@@ -345,7 +345,7 @@ def test_cpu_train_runs_toy_calc_through_verls_tool_agent_loop():
     rollout = cfg.actor_rollout_ref.rollout
     assert (rollout.agent.default_agent_loop, rollout.multi_turn.enable, rollout.multi_turn.format) == (
         "tool_agent", True, "hermes")
-    assert rollout.multi_turn.function_tool_path.endswith("verl_bot/cpu/calc_tool.py")
+    assert rollout.multi_turn.function_tool_path.endswith("verl_bot_demo/calc_tool.py")
     assert (cfg.data.max_response_length, cfg.reward.reward_manager.name) == (96, "bot")
     pure = compose_verl_config(cpu_train_args("pure", "toy_calc"))
     from verl_bot.advantage.pure import startup_problem

@@ -62,7 +62,7 @@ def check_chat_template(model_config: Any) -> None:
     )
 
     raise ChatTemplateMissing(
-        f"verl-bot hf rollout: {chat_template_message(path)} (a ChatML one: verl_bot.cpu.tiny_model.CHATML_TEMPLATE)"
+        f"verl-bot hf rollout: {chat_template_message(path)} (a ChatML one: verl_bot_demo.tiny_model.CHATML_TEMPLATE)"
     )
 
 

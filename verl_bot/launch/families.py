@@ -1,7 +1,7 @@
 """The paper's three model families, in one place: what each one is, and the RoPE rule that keeps a run on-policy.
 
 `FAMILIES` holds each family (`Family`: `qwen2`, `smollm3`, `phi3`): its model type, chat template, special tokens,
-EOS list and output style, which the tiny CPU models (`verl_bot.cpu.tiny_model`) are built from, so that the CPU
+EOS list and output style, which the tiny CPU models (`verl_bot_demo.tiny_model`) are built from, so that the CPU
 smokes run each family's own format. `longrope_problem` is the RoPE rule, checked at start-up for any model
 (`verl_bot.launch.preflight`): a LongRoPE model with distinct short and long factors runs only with the long factors
 on both sides (`longrope_copy`) or every sequence within the switch.

@@ -44,11 +44,11 @@ class CpuTask:
 
 
 def tool_overrides(turns: int) -> tuple[str, ...]:
-    """verl's ToolAgentLoop with the calculator as a function tool (verl_bot/cpu/calc_tool.py), up to `turns`
+    """verl's ToolAgentLoop with the calculator as a function tool (verl_bot_demo/calc_tool.py), up to `turns`
     assistant turns."""
     return ("actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
             "actor_rollout_ref.rollout.multi_turn.enable=true", "actor_rollout_ref.rollout.multi_turn.format=hermes",
-            f"actor_rollout_ref.rollout.multi_turn.function_tool_path={ROOT}/verl_bot/cpu/calc_tool.py",
+            f"actor_rollout_ref.rollout.multi_turn.function_tool_path={ROOT}/verl_bot_demo/calc_tool.py",
             f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={turns}")
 
 
@@ -123,7 +123,8 @@ def cpu_run(env: Env, ray_tmp: str) -> CpuRun:
     ]
     return CpuRun(
         py=py, model_dir=model_dir,
-        model_argv=(py, "-m", "verl_bot.cpu.tiny_model", model_dir, "--seed", seed, "--heads", heads, *task.warm_start),
+        model_argv=(py, "-m", "verl_bot_demo.tiny_model", model_dir, "--seed", seed, "--heads", heads,
+                    *task.warm_start),
         data_dir=data_dir, data_argv=(py, f"{ROOT}/recipes/data/{name}.py", "--out", data_dir), out_dir=out_dir,
         timeout_s=env.get("TIMEOUT_S", 900), overrides=tuple(ours),
     )

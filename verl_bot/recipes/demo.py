@@ -1,6 +1,6 @@
 """The README's main job (`make demo`, `bash recipes/cpu_demo.sh`, docs/cpu_demo.md): BoT-GRPO against GRPO through
 verl's real PPO trainer on this CPU, each run `recipes/cpu_train.sh` on toy_lint behind the quiet console
-(`verl_bot.cpu.console`), then the report (reward over steps as PNG, the token credit of the last step as HTML).
+(`verl_bot_demo.console`), then the report (reward over steps as PNG, the token credit of the last step as HTML).
 
 Its settings are environment variables (`ALGOS`, `STEPS`, `SEED`, `W_LOCAL`, `MODEL_DIR`, `DEMO_DIR`, `LOG`,
 `REPORT_STEPS`, `REPORT_GROUPS`, `VERBOSE`); extra Hydra overrides go to both runs.
@@ -33,7 +33,7 @@ def run_commands(env: Env, user: list[str]) -> list[tuple[str, dict[str, str], l
     for i, algo in enumerate(algos):
         title = f"[{i + 1}/{len(algos)}] {algo}: {DESCRIPTIONS.get(algo, '{algo}').format(w=w_local, algo=algo)}"
         out.append((algo, {**shared, "ALGO": algo, "OUT_DIR": str(demo / algo)}, [
-            env.get("PY", ROOT / ".venv" / "bin" / "python"), "-m", "verl_bot.cpu.console", *verbose,
+            env.get("PY", ROOT / ".venv" / "bin" / "python"), "-m", "verl_bot_demo.console", *verbose,
             "--log", log_path(env), "--metrics", str(demo / algo / "metrics.jsonl"), "--steps", steps,
             "--title", title, "--", "bash", str(ROOT / "recipes" / "cpu_train.sh"), *report,
             f"+algorithm.token_report_dir={demo / algo / 'token_records'}", *user,

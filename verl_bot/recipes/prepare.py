@@ -18,7 +18,7 @@ from verl_bot.recipes.env import ROOT, Refusal
 from verl_bot.recipes.settings import TINY_JUDGE, Run
 
 STDERR = 2  # the process's stderr (its file descriptor)
-TINY_MARK = "verl_bot_tiny.json"  # what verl_bot.cpu.tiny_model writes into a model it built
+TINY_MARK = "verl_bot_tiny.json"  # what verl_bot_demo.tiny_model writes into a model it built
 
 
 def _quiet(argv: list[str], env: Mapping[str, str]) -> bool:
@@ -54,13 +54,13 @@ def prepare_models(run: Run, env: Mapping[str, str]) -> None:
         steps = "800" if run.recipe.family.thinks else "500"
         warm = (["--warm-start", "react"] if run.recipe.task.name == "react"
                 else ["--warm-start", "toy_math", "--warm-steps", steps, "--warm-batch", "16"])
-        argv = [run.py, "-m", "verl_bot.cpu.tiny_model", run.model_path, "--seed", run.cpu_seed, "--family",
+        argv = [run.py, "-m", "verl_bot_demo.tiny_model", run.model_path, "--seed", run.cpu_seed, "--family",
                 run.recipe.family.recipe_tag, *warm, "--prompts", files(run.train_files)[0]]
         if not _quiet(argv, env):
             raise Refusal(f"could not build the tiny model at {run.model_path}")
     judge = run.judges[0].model
     if 0 in run.started and judge == str(TINY_JUDGE) and not Path(judge, TINY_MARK).is_file():
-        if not _quiet([run.py, "-m", "verl_bot.cpu.tiny_model", judge, "--seed", "1"], env):
+        if not _quiet([run.py, "-m", "verl_bot_demo.tiny_model", judge, "--seed", "1"], env):
             raise Refusal("could not build the tiny judge model")
 
 

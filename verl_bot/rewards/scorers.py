@@ -28,10 +28,10 @@ from verl_bot.rewards.noise import LocalNoise
 # name -> "module:function" of each scorer shipped with verl-bot, one row each; its module is imported when a run
 # first scores a row with it (a run that names none loads none, and toy_math's alone loads the math server)
 BUILTIN_SCORERS: dict[str, str] = {
-    "toy_lint": "verl_bot.rewards.builtin:toy_lint",
-    "toy_math": "verl_bot.rewards.builtin:toy_math",
-    "toy_calc": "verl_bot.rewards.builtin:toy_calc",
-    "toy_turns": "verl_bot.rewards.builtin:toy_turns",
+    "toy_lint": "verl_bot_demo.scorers:toy_lint",
+    "toy_math": "verl_bot_demo.scorers:toy_math",
+    "toy_calc": "verl_bot_demo.scorers:toy_calc",
+    "toy_turns": "verl_bot_demo.scorers:toy_turns",
 }
 # data_source -> scorer spec used when the config names no scorer for it
 DEFAULT_SCORERS: dict[str, str] = {name: f"builtin:{name}" for name in BUILTIN_SCORERS}

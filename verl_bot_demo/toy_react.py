@@ -8,7 +8,7 @@ components (`COMPONENTS`: valid TSX with Tailwind classes; one has an ESLint err
 Sampled at temperature 1 it writes such components with mistakes, so the whole reward stack works on what it
 writes: esbuild, ESLint, Chromium, the LLM judge. Ours, for the CPU runs only; not a React task to learn.
 
-    python -m verl_bot.cpu.tiny_model OUT_DIR --warm-start react --prompts DATA_DIR/train.parquet
+    python -m verl_bot_demo.tiny_model OUT_DIR --warm-start react --prompts DATA_DIR/train.parquet
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ def warm_start(
     family=None, template_kwargs: dict | None = None, end_token_id: int | None = None,
 ) -> dict:
     """Supervised pre-training of `model` in place: each of the prompts `texts` answered with a random component
-    of `COMPONENTS` (`verl_bot.cpu.pretrain.supervised`; deterministic for `seed`), in `family`'s output style
+    of `COMPONENTS` (`verl_bot_demo.pretrain.supervised`; deterministic for `seed`), in `family`'s output style
     (`respond`), its prompts rendered with `template_kwargs` and ended by `end_token_id`. Returns a summary."""
-    from verl_bot.cpu.pretrain import loss_summary, supervised
+    from verl_bot_demo.pretrain import loss_summary, supervised
 
     def examples(rng: random.Random) -> list[tuple[str, str]]:
         return [(rng.choice(texts), respond(rng, family)) for _ in range(batch_size)]

@@ -4,7 +4,7 @@ The problem generator (a chain of single-digit integers joined by `+` and `-`, r
 the value), the worked solutions (one operation per `<step k>` block, steps separated by a blank line, then
 `<final>v</final>`), and `warm_start`: a short supervised pre-training (deterministic for a seed) on solutions in
 which a share `error_rate` of the steps state a wrong result, so the base model writes the format but makes
-mistakes a reward can remove. Scored like AIME (`verl_bot.rewards.builtin`). The task:
+mistakes a reward can remove. Scored like AIME (`verl_bot_demo.scorers`). The task:
 docs/cpu_demo.md, section A second CPU task: `toy_math`.
 """
 
@@ -148,13 +148,13 @@ def warm_start(
     end_token_id: int | None = None,
 ) -> dict:
     """Supervised pre-training of `model` in place on worked solutions with wrong steps (see the module docstring;
-    the loop is `verl_bot.cpu.pretrain.supervised`). Deterministic for `seed` (problems, injected errors, batch
+    the loop is `verl_bot_demo.pretrain.supervised`). Deterministic for `seed` (problems, injected errors, batch
     order and the torch RNG). `prompt_template`: the user message around the problem ("Compute 3+4-2."), e.g.
     the AIME recipes' instruction (`prompt_template_of`). `family` (`verl_bot.launch.families.Family`),
     `template_kwargs`,
     `end_token_id`: a family's output style (`respond`), template options and end of turn. Returns a summary
     (final loss, settings)."""
-    from verl_bot.cpu.pretrain import loss_summary, supervised
+    from verl_bot_demo.pretrain import loss_summary, supervised
 
     def examples(rng: random.Random) -> list[tuple[str, str]]:
         batch = [sample_problem(rng, min_ops, max_ops) for _ in range(batch_size)]

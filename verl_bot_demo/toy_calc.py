@@ -1,6 +1,6 @@
 """The CPU task `toy_calc`: toy_math's problems solved with a calculator tool, over two assistant turns.
 
-A worked rollout, through verl's `ToolAgentLoop` and the `calc` tool (`verl_bot/cpu/calc_tool.py`); `|` marks where
+A worked rollout, through verl's `ToolAgentLoop` and the `calc` tool (`verl_bot_demo/calc_tool.py`); `|` marks where
 the response mask switches:
 
     <tool_call>{"name": "calc", "arguments": {"expression": "3+4-2"}}</tool_call><|im_end|>      turn 0 (mask 1)
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import random
 
-from verl_bot.cpu.toy_math import MAX_OPS, MAX_VALUE, MIN_OPS, Problem, sample_problem
-from verl_bot.rewards.calc import evaluate, tool_call
+from verl_bot_demo.calc import evaluate, tool_call
+from verl_bot_demo.toy_math import MAX_OPS, MAX_VALUE, MIN_OPS, Problem, sample_problem
 
 TAG_TOKENS = ["<tool_call>", "</tool_call>", "<final>", "</final>"]
 
@@ -66,8 +66,8 @@ def warm_start(
     ignore_tool: float = 0.2,
 ) -> dict:
     """Supervised pre-training of `model` in place on tool chats with noise (see the module docstring; the loop is
-    `verl_bot.cpu.pretrain.supervised_chat`). Deterministic for `seed`. Returns a summary (final loss, settings)."""
-    from verl_bot.cpu.pretrain import loss_summary, supervised_chat
+    `verl_bot_demo.pretrain.supervised_chat`). Deterministic for `seed`. Returns a summary (final loss, settings)."""
+    from verl_bot_demo.pretrain import loss_summary, supervised_chat
 
     def examples(rng: random.Random) -> list[list[dict]]:
         problems = [sample_problem(rng, MIN_OPS, MAX_OPS) for _ in range(batch_size)]

@@ -2,12 +2,12 @@
 
 Its verl rows (`rows`; `recipes/data/toy_turns.py` writes them) are toy_calc's with `data_source=toy_turns`.
 
-A problem is a chain of 1-4 single-digit operations ("Compute 3+4-2.", `verl_bot.cpu.toy_math`); the model may
-answer at once (one turn), call `calc` (`verl_bot/cpu/calc_tool.py`) and answer after its reply (two turns), or
+A problem is a chain of 1-4 single-digit operations ("Compute 3+4-2.", `verl_bot_demo.toy_math`); the model may
+answer at once (one turn), call `calc` (`verl_bot_demo/calc_tool.py`) and answer after its reply (two turns), or
 call it again before answering (three or more; verl's `ToolAgentLoop` ends a rollout at the first turn without a
 tool call, or at `max_assistant_turns`). An extra call can help (the first call with the problem's expression: the
 answer is then the tool's) or hurt (a repeated or wrong call: a wasted turn). Scored per turn by
-`verl_bot.rewards.builtin.toy_turns`: G = 1[final answer correct]; each call turn +0.5 when it sends the problem's
+`verl_bot_demo.scorers.toy_turns`: G = 1[final answer correct]; each call turn +0.5 when it sends the problem's
 expression for the first time, else -0.5; the answer turn +0.5 when it answers the last reply of the tool, -0.5
 when it does not, 0 when no tool was called.
 
@@ -17,16 +17,16 @@ right with probability `guess` on longer ones), a share `repeat` call twice with
 call once; a share `wrong_call` of the calls send a wrong expression, a share `ignore_tool` of the answers after a
 call ignore the tool's reply.
 
-    python -m verl_bot.cpu.tiny_model OUT_DIR --warm-start toy_turns
+    python -m verl_bot_demo.tiny_model OUT_DIR --warm-start toy_turns
 """
 
 from __future__ import annotations
 
 import random
 
-from verl_bot.cpu.toy_calc import TAG_TOKENS, perturbed
-from verl_bot.cpu.toy_math import MAX_OPS, MAX_VALUE, Problem, problems, sample_problem
-from verl_bot.rewards.calc import evaluate, tool_call
+from verl_bot_demo.calc import evaluate, tool_call
+from verl_bot_demo.toy_calc import TAG_TOKENS, perturbed
+from verl_bot_demo.toy_math import MAX_OPS, MAX_VALUE, Problem, problems, sample_problem
 
 __all__ = ["TAG_TOKENS", "chat", "rows", "tokenizer_corpus", "warm_start"]
 MIN_OPS = 1  # one-operation problems: where answering at once is as good as calling
@@ -74,8 +74,8 @@ def warm_start(model, tokenizer, seed: int = 0, steps: int = 1200, batch_size: i
                direct: float = 0.3, repeat: float = 0.2, wrong_call: float = 0.2, ignore_tool: float = 0.1,
                guess: float = 0.3) -> dict:
     """Supervised pre-training of `model` in place on chats of every behaviour (module docstring; the loop is
-    `verl_bot.cpu.pretrain.supervised_chat`). Deterministic for `seed`. Returns a summary (final loss, settings)."""
-    from verl_bot.cpu.pretrain import loss_summary, supervised_chat
+    `verl_bot_demo.pretrain.supervised_chat`). Deterministic for `seed`. Returns a summary (final loss, settings)."""
+    from verl_bot_demo.pretrain import loss_summary, supervised_chat
 
     def examples(rng: random.Random) -> list[list[dict]]:
         problems = [sample_problem(rng, MIN_OPS, MAX_OPS) for _ in range(batch_size)]

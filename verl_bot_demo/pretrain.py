@@ -6,10 +6,10 @@
 a response (the EOS token, or the family's end of turn); the loss is the mean cross-entropy
 over the response and EOS tokens. Deterministic for the seed (the pairs, the batch order and the torch RNG),
 single-threaded (a 100k-parameter model gains nothing from more threads; on a loaded machine two are ~10x
-slower). Used by `verl_bot.cpu.toy_math` and `verl_bot.cpu.toy_react`.
+slower). Used by `verl_bot_demo.toy_math` and `verl_bot_demo.toy_react`.
 
 `supervised_chat(model, tokenizer, chats, ...)` is the same loop on whole multi-turn chats (the tool task
-`verl_bot.cpu.toy_calc`): labels on the assistant turns and their EOS only, as verl's response mask trains them.
+`verl_bot_demo.toy_calc`): labels on the assistant turns and their EOS only, as verl's response mask trains them.
 """
 
 from __future__ import annotations

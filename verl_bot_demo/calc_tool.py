@@ -6,7 +6,7 @@ tool's OpenAI schema from the signature and the docstring's `Args:` block (verl/
 
 from verl.tools.function_tool import function_tool
 
-from verl_bot.rewards.calc import evaluate
+from verl_bot_demo.calc import evaluate
 
 
 @function_tool

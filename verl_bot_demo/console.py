@@ -1,6 +1,6 @@
 """The quiet console of a training run: a progress bar and one short line per step; verl's output to a log.
 
-    python -m verl_bot.cpu.console --log demo.log --metrics RUN/metrics.jsonl --steps 20 --title "[1/2] bot" \
+    python -m verl_bot_demo.console --log demo.log --metrics RUN/metrics.jsonl --steps 20 --title "[1/2] bot" \
         [--verbose] -- bash recipes/cpu_train.sh [overrides ...]
 
 Runs the command with its stdout and stderr appended to `--log` and prints, per step of verl's file logger
@@ -358,7 +358,8 @@ class Console:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m verl_bot.cpu.console", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m verl_bot_demo.console", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--log", required=True, help="file that gets every line of the command (appended)")
     parser.add_argument("--metrics", required=True, help="verl's file-logger JSONL of the run (VERL_FILE_LOGGER_PATH)")

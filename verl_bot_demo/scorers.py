@@ -14,7 +14,7 @@ import functools
 import re
 from typing import Any
 
-from verl_bot.rewards.calc import called_expression, evaluate, final_answer
+from verl_bot_demo.calc import called_expression, evaluate, final_answer
 
 DEFAULT_FORBIDDEN = "aeiou"
 EMPTY_SCORE = -1.0

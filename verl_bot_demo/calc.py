@@ -1,7 +1,7 @@
 """The `toy_calc` task's text rules: the calculator, its hermes tool call, and what a scorer reads back.
 
-Pure string functions shared by the task (`verl_bot.cpu.toy_calc`, the tool `verl_bot/cpu/calc_tool.py`) and its
-scorer (`verl_bot.rewards.builtin.toy_calc`).
+Pure string functions shared by the task (`verl_bot_demo.toy_calc`, the tool `verl_bot_demo/calc_tool.py`) and its
+scorer (`verl_bot_demo.scorers.toy_calc`).
 """
 
 from __future__ import annotations

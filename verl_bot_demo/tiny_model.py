@@ -1,12 +1,12 @@
 """A tiny Qwen2-style causal LM and a byte-level BPE tokenizer, built locally (no model hub is reachable here).
 
-    python -m verl_bot.cpu.tiny_model OUT_DIR [--warm-start toy_math|toy_calc|toy_turns] [--family qwen2|smollm3|phi3]
+    python -m verl_bot_demo.tiny_model OUT_DIR [--warm-start toy_math|toy_calc|toy_turns] [--family qwen2|smollm3|phi3]
 
 Without options: the `toy_lint` model, a randomly initialised `Qwen2ForCausalLM` of a few layers and a byte-level BPE
 tokenizer (every string round-trips) with a ChatML template (`CHATML_TEMPLATE`). `--warm-start TASK`: a tokenizer
 that knows the task's tags as single tokens and a short deterministic supervised pre-training on its worked
 solutions (docs/cpu_demo.md, each task's section). `--family`: a tiny model of that family, as the recipes' CPU
-smokes run them (docs/families.md). The tiny step PRM has its own command: `verl_bot.cpu.tiny_prm`.
+smokes run them (docs/families.md). The tiny step PRM has its own command: `verl_bot_demo.tiny_prm`.
 """
 
 from __future__ import annotations
@@ -104,9 +104,9 @@ def build_model(
     family: str | None = None,
 ):
     """Write a tokenizer and a tiny causal LM to `out_dir`: randomly initialised from `seed`, then pre-trained by a
-    warm start: `"toy_math"` on that task (`verl_bot.cpu.toy_math.warm_start(**warm_start_kwargs)`; with `prompts`,
+    warm start: `"toy_math"` on that task (`verl_bot_demo.toy_math.warm_start(**warm_start_kwargs)`; with `prompts`,
     a verl parquet of toy_math problems in another wording, in that wording), `"react"` on the chat prompts of the
-    verl parquet `prompts`, answered with components (`verl_bot.cpu.toy_react.warm_start`). `family` (a key of
+    verl parquet `prompts`, answered with components (`verl_bot_demo.toy_react.warm_start`). `family` (a key of
     `verl_bot.launch.families.FAMILIES`): that family's architecture, tokenizer, generation config and output style, the
     prompts rendered with the recipes' template options; None: the toy tasks' Qwen2 and ChatML."""
     import torch
@@ -115,19 +115,19 @@ def build_model(
     if warm_start not in WARM_STARTS:
         raise ValueError(f"warm start must be one of {WARM_STARTS}, got {warm_start!r}")
     if warm_start == "toy_math":
-        from verl_bot.cpu import toy_math
+        from verl_bot_demo import toy_math
 
         template = toy_math.prompt_template_of(prompts) if prompts is not None else None
         corpus = toy_math.tokenizer_corpus() + ([template] if template is not None else [])
         tokenizer = build_tokenizer(out_dir, extra_corpus=corpus, tags=toy_math.TAG_TOKENS, family=fam)
     elif warm_start in ("toy_calc", "toy_turns"):
-        from verl_bot.cpu import toy_calc, toy_turns
+        from verl_bot_demo import toy_calc, toy_turns
 
         tool_task = toy_calc if warm_start == "toy_calc" else toy_turns
         tokenizer = build_tokenizer(out_dir, extra_corpus=tool_task.tokenizer_corpus(), tags=tool_task.TAG_TOKENS,
                                     family=fam)
     elif warm_start == "react":
-        from verl_bot.cpu import toy_react
+        from verl_bot_demo import toy_react
 
         if prompts is None:
             raise ValueError("the react warm start needs the prompts it answers (a verl parquet: prompts=...)")

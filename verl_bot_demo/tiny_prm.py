@@ -1,7 +1,7 @@
 """A tiny step process reward model (PRM) in the layout vLLM serves as `Qwen2ForProcessRewardModel`, and its
 reference implementation.
 
-    python -m verl_bot.cpu.tiny_prm OUT_DIR [--seed N]
+    python -m verl_bot_demo.tiny_prm OUT_DIR [--seed N]
 
 `build_prm` writes it (random weights: the scores mean nothing, but they are the PRM's); `reference_step_probabilities`
 recomputes them with transformers' `Qwen2Model` and the same head, so a test can check what vLLM served to the
@@ -38,8 +38,8 @@ def build_prm(out_dir: str | Path, hidden_size: int = 64, num_layers: int = 2, n
     from tokenizers import AddedToken
     from transformers import Qwen2Config, Qwen2Model
 
-    from verl_bot.cpu import toy_math
-    from verl_bot.cpu.tiny_model import build_tokenizer
+    from verl_bot_demo import toy_math
+    from verl_bot_demo.tiny_model import build_tokenizer
 
     out = Path(out_dir)
     tokenizer = build_tokenizer(out, extra_corpus=toy_math.tokenizer_corpus(), tags=toy_math.TAG_TOKENS)
