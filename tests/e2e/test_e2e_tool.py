@@ -96,7 +96,7 @@ TOOL_LOOP = [
     "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
     "actor_rollout_ref.rollout.multi_turn.enable=true",
     "actor_rollout_ref.rollout.multi_turn.format=hermes",
-    f"actor_rollout_ref.rollout.multi_turn.function_tool_path={ROOT / 'verl_bot' / 'cpu' / 'calc_tool.py'}",
+    f"actor_rollout_ref.rollout.multi_turn.function_tool_path={ROOT / 'verl_bot_demo' / 'calc_tool.py'}",
 ]
 
 
