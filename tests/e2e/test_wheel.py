@@ -42,7 +42,8 @@ from tests.harness.trainer import Run
 pytestmark = pytest.mark.timeout(900)
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("verl_bot", "verl_bot_vllm", "verl_bot_contract", "verl_bot_demo", "reward_servers")  # the wheel's top-level packages
+# the wheel's top-level packages
+PACKAGES = ("verl_bot", "verl_bot_vllm", "verl_bot_contract", "verl_bot_demo", "reward_servers")
 COMPONENT = "```tsx\nexport default function App() { return <h1>Hi</h1>; }\n```"
 BROKEN = "```tsx\nexport default function App() { return <h1>Hi</h1>;\n```"  # no closing brace
 
