@@ -150,9 +150,10 @@ def belief_values(logp: torch.Tensor, space: str, log_floor: float) -> torch.Ten
 
 def outcome_values(solved: torch.Tensor, space: str, log_floor: float) -> torch.Tensor:
     """(B,) solved in [0, 1] (NaN: unknown) -> (B,) float64 value after the last segment, NaN kept."""
+    solved = solved.double()
     if space == "prob":
-        return solved.double()
-    return torch.where(torch.isnan(solved), solved, torch.log(solved.double()).clamp(min=log_floor)).double()
+        return solved
+    return torch.where(torch.isnan(solved), solved, torch.log(solved).clamp(min=log_floor))
 
 
 def segment_progress(values: torch.Tensor, num_segments: torch.Tensor, end_value: torch.Tensor) -> torch.Tensor:
